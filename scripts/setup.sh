@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Installs everything advlock needs on a fresh Debian bookworm machine (run as root):
+# PostgreSQL 17 server + server dev files (from Debian trixie, pinned low so nothing else
+# is pulled from it unasked), sudo, PgBouncer, cargo-pgrx 0.18.1, `cargo pgrx init --pg17`,
+# and a Python virtual environment for the real-driver suites.
+# Idempotent: every step checks before it acts, so a second run takes seconds.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+PGRX_VERSION=0.18.1
+PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+need_pg=()
+[ -x /usr/lib/postgresql/17/bin/postgres ] || need_pg+=(postgresql-17)
+[ -x "$PG_CONFIG" ] && [ -f /usr/lib/postgresql/17/lib/pgxs/src/test/isolation/pg_isolation_regress ] ||
+  need_pg+=(postgresql-server-dev-17)
+need_apt=()
+command -v sudo >/dev/null || need_apt+=(sudo)
+command -v pgbouncer >/dev/null || need_apt+=(pgbouncer)
+command -v clang >/dev/null || need_apt+=(clang libclang-dev)   # bindgen, used by pgrx-pg-sys
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+
+if [ $((${#need_apt[@]} + ${#need_pg[@]})) -gt 0 ]; then
+  log "installing Debian packages: ${need_pg[*]} ${need_apt[*]}"
+  if [ ! -f /etc/apt/sources.list.d/advlock-trixie.sources ]; then
+    # PostgreSQL 17 is in trixie, not bookworm. Priority 100 means apt only takes from
+    # trixie what bookworm cannot provide (postgresql-17 and what it strictly needs).
+    as_root tee /etc/apt/sources.list.d/advlock-trixie.sources >/dev/null <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    as_root tee /etc/apt/preferences.d/advlock-trixie >/dev/null <<'PIN'
+Package: *
+Pin: release n=trixie
+Pin-Priority: 100
+PIN
+  fi
+  # No default cluster: advlock runs its own clusters under documented data dirs.
+  if [ -f /etc/postgresql-common/createcluster.conf ] &&
+     ! grep -q '^create_main_cluster = false' /etc/postgresql-common/createcluster.conf; then
+    echo 'create_main_cluster = false' | as_root tee -a /etc/postgresql-common/createcluster.conf >/dev/null
+  fi
+  as_root apt-get update -qq
+  apt_install() { as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"; }
+  # `-t trixie` only for PostgreSQL 17 itself: it needs trixie's libc6/libpq5/libssl.
+  [ ${#need_pg[@]} -eq 0 ] || apt_install -t trixie "${need_pg[@]}"
+  [ ${#need_apt[@]} -eq 0 ] || apt_install "${need_apt[@]}"
+  # Debian's pgbouncer package starts a system service; advlock's tests start their own.
+  as_root service pgbouncer stop >/dev/null 2>&1 || true
+fi
+
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! cargo pgrx --version 2>/dev/null | grep -q " $PGRX_VERSION"; then
+  log "installing cargo-pgrx $PGRX_VERSION (takes a few minutes)"
+  cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
+fi
+
+if ! grep -qs "pg17 = \"$PG_CONFIG\"" "$HOME/.pgrx/config.toml"; then
+  log "cargo pgrx init --pg17 $PG_CONFIG"
+  cargo pgrx init --pg17 "$PG_CONFIG"
+fi
+
+# The real-driver suites (pg_test/clients) run in their own virtual environment.
+venv="$repo/pg_test/.venv"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import asyncpg, psycopg, psycopg_pool' 2>/dev/null; then
+  log "creating Python venv with asyncpg, psycopg 3, psycopg_pool"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$repo/pg_test/clients/requirements.txt"
+fi
+log "ready: PostgreSQL $("$PG_CONFIG" --version | awk '{print $2}'), $(cargo pgrx --version)"

@@ -1,0 +1,129 @@
+-- advlock_holders: one row per advisory lock entry in the current database, holders and
+-- waiters alike, with the backend behind it.
+--
+-- Written for the extension script, which may run as a superuser for a database owner
+-- (trusted extension): every reference is schema-qualified, operators included, and function
+-- bodies are parsed at creation (BEGIN ATOMIC) or run with a fixed search_path.
+-- No SECURITY DEFINER anywhere: pg_stat_activity's own rules decide what a caller sees.
+
+CREATE VIEW @extschema@.advlock_holders AS
+SELECT
+    -- SET_LOCKTAG_INT64: classid = high 32 bits, objid = low 32 bits, objsubid = 1.
+    -- oid is unsigned, so reassemble in int8 and let the shift wrap into the sign bit.
+    CASE WHEN l.objsubid OPERATOR(pg_catalog.=) 1
+         THEN (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
+              OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8 END                       AS key,
+    -- SET_LOCKTAG_INT32 (pg_advisory_lock(int4, int4)): objsubid = 2.
+    CASE WHEN l.objsubid OPERATOR(pg_catalog.=) 2
+         THEN ((l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
+               OPERATOR(pg_catalog.>>) 32)::pg_catalog.int4 END                         AS key1,
+    CASE WHEN l.objsubid OPERATOR(pg_catalog.=) 2
+         THEN ((l.objid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
+               OPERATOR(pg_catalog.>>) 32)::pg_catalog.int4 END                         AS key2,
+    CASE l.mode WHEN 'ExclusiveLock' THEN 'exclusive'
+                WHEN 'ShareLock' THEN 'shared'
+                ELSE l.mode END                                                         AS mode,
+    l.granted,
+    l.pid,
+    a.application_name,
+    a.usename::pg_catalog.text                                                          AS usename,
+    a.client_addr,
+    a.state                                                                             AS backend_state,
+    a.state_change,
+    a.xact_start,
+    a.query_start,
+    a.query,
+    CASE WHEN a.state OPERATOR(pg_catalog.~~) 'idle%'
+         THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) a.state_change END    AS idle_for,
+    -- The leak signal: granted, outside any transaction (so necessarily a session lock),
+    -- idle for at least advlock.idle_threshold.
+    COALESCE(l.granted
+             AND a.state OPERATOR(pg_catalog.=) 'idle'
+             AND pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) a.state_change
+                 OPERATOR(pg_catalog.>=) @extschema@.advlock_idle_threshold(), false)   AS is_idle_holder,
+    l.waitstart                                                                         AS waiting_since,
+    -- pg_blocking_pids takes every lock-partition lock: only call it for waiters.
+    CASE WHEN NOT l.granted THEN pg_catalog.pg_blocking_pids(l.pid) END                 AS blocked_by,
+    NULL::pg_catalog.text                                                               AS label
+FROM pg_catalog.pg_locks l
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
+WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
+  AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                         WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
+
+COMMENT ON VIEW @extschema@.advlock_holders IS
+  'advlock: advisory locks in this database, holders and waiters, with their backends';
+
+-- The idle-holder rows: granted session locks on backends idle (outside any transaction)
+-- for at least older_than (NULL: advlock.idle_threshold).
+CREATE FUNCTION @extschema@.advlock_idle_holders(older_than pg_catalog.interval DEFAULT NULL)
+RETURNS SETOF @extschema@.advlock_holders
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT h.*
+      FROM @extschema@.advlock_holders h
+     WHERE h.granted
+       AND h.backend_state OPERATOR(pg_catalog.=) 'idle'
+       AND h.idle_for OPERATOR(pg_catalog.>=) @extschema@.advlock_idle_threshold(older_than)
+     ORDER BY h.idle_for DESC, h.pid, h.key;
+END;
+
+-- For monitoring: distinct backends holding advisory locks while idle past the threshold.
+CREATE FUNCTION @extschema@.advlock_leak_count(older_than pg_catalog.interval DEFAULT NULL)
+RETURNS pg_catalog.int4
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT pg_catalog.count(DISTINCT h.pid)::pg_catalog.int4
+      FROM @extschema@.advlock_idle_holders(older_than) h;
+END;
+
+-- The blunt last resort: terminate the backends behind idle holders, with the caller's own
+-- rights (pg_terminate_backend checks them), never the caller's own backend.
+CREATE FUNCTION @extschema@.advlock_terminate_idle_holders(older_than pg_catalog.interval,
+                                                            dry_run pg_catalog.bool DEFAULT true)
+RETURNS TABLE(pid pg_catalog.int4, application_name pg_catalog.text,
+              keys pg_catalog.int8[], terminated pg_catalog.bool)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    r record;
+BEGIN
+    IF older_than IS NULL THEN
+        RAISE EXCEPTION 'argument "older_than" of advlock_terminate_idle_holders must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Pass how long a holder must have been idle, e.g. interval ''10 minutes''; there is no default on purpose.';
+    END IF;
+    IF dry_run IS NULL THEN
+        RAISE EXCEPTION 'argument "dry_run" of advlock_terminate_idle_holders must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Use dry_run => true to list, dry_run => false to terminate.';
+    END IF;
+    FOR r IN
+        SELECT h.pid AS holder_pid,
+               min(h.application_name) AS holder_app,
+               coalesce(array_agg(DISTINCT h.key ORDER BY h.key) FILTER (WHERE h.key IS NOT NULL),
+                        '{}'::int8[]) AS holder_keys
+          FROM @extschema@.advlock_idle_holders(older_than) h
+         WHERE h.pid <> pg_backend_pid()
+         GROUP BY h.pid
+         ORDER BY h.pid
+    LOOP
+        pid := r.holder_pid;
+        application_name := r.holder_app;
+        keys := r.holder_keys;
+        terminated := false;
+        IF NOT dry_run THEN
+            BEGIN
+                terminated := pg_terminate_backend(r.holder_pid);
+            EXCEPTION WHEN insufficient_privilege THEN
+                RAISE WARNING 'not allowed to terminate PID % (application_name %)',
+                    r.holder_pid, quote_literal(r.holder_app)
+                    USING HINT = 'Terminating another role''s backend needs that role''s privileges or pg_signal_backend.';
+            END;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$fn$;

@@ -1,0 +1,176 @@
+//! Bounded server-side acquisition: `advlock_try_with_timeout`, `advlock_lock_with_timeout`,
+//! and `advlock_unlock`, each with `(key)`, `(ns, id text)` and `(ns, id bigint)` forms.
+use crate::errors::Report;
+use crate::gucs;
+use crate::lock_request::{timeout, Mode, Scope, Target};
+use crate::lockmgr;
+use crate::server_text::ServerText;
+use pgrx::pg_sys::errcodes::PgSqlErrorCode;
+use pgrx::prelude::*;
+use std::time::Instant;
+
+const TRY: &str = "advlock_try_with_timeout";
+const LOCK: &str = "advlock_lock_with_timeout";
+const UNLOCK: &str = "advlock_unlock";
+
+/// The whole acquisition: checks, a no-wait try, then (only if busy) a bounded wait.
+/// The uncontended path opens no subtransaction and allocates nothing.
+fn acquire(function: &str, target: &Target, timeout_ms: i32, scope: Scope, mode: Mode) -> bool {
+    lockmgr::prevent_in_parallel_mode();
+    if lockmgr::in_recovery() && !gucs::ALLOW_ON_STANDBY.get() {
+        Report::new(
+            PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+            format!("{function} cannot run on a hot standby"),
+        )
+        .detail("Advisory locks taken on a standby coordinate only sessions on that standby, not with the primary.")
+        .hint("Take the lock on the primary, or SET advlock.allow_on_standby = on if standby-local locking is what you want.")
+        .raise();
+    }
+    if scope == Scope::Xact && !lockmgr::in_transaction_block() {
+        Report::new(
+            PgSqlErrorCode::ERRCODE_WARNING,
+            format!("{function} with scope 'xact' outside a transaction block: the lock is released when this statement ends"),
+        )
+        .hint("Call it between BEGIN and COMMIT, or use scope => 'session' and advlock_unlock().")
+        .warn();
+    }
+    if lockmgr::try_acquire(target.key, mode, scope) {
+        return true;
+    }
+    timeout_ms > 0 && lockmgr::acquire_within(target.key, mode, scope, timeout_ms)
+}
+
+fn try_with_timeout(
+    target: Target,
+    timeout_ms: Option<i32>,
+    scope: Option<ServerText>,
+    mode: Option<ServerText>,
+) -> bool {
+    let timeout_ms = timeout(timeout_ms, TRY);
+    let scope = Scope::parse(scope, TRY);
+    let mode = Mode::parse(mode, TRY);
+    acquire(TRY, &target, timeout_ms, scope, mode)
+}
+
+fn lock_with_timeout(
+    target: Target,
+    timeout_ms: Option<i32>,
+    scope: Option<ServerText>,
+    mode: Option<ServerText>,
+) {
+    let timeout_ms = timeout(timeout_ms, LOCK);
+    let scope = Scope::parse(scope, LOCK);
+    let mode = Mode::parse(mode, LOCK);
+    let started = Instant::now();
+    if !acquire(LOCK, &target, timeout_ms, scope, mode) {
+        let waited = started.elapsed().as_millis();
+        let mut report = Report::new(
+            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+            format!(
+                "could not obtain {} advisory lock on {} within {timeout_ms} ms (waited {waited} ms)",
+                match mode {
+                    Mode::Exclusive => "exclusive",
+                    Mode::Shared => "shared",
+                },
+                target.describe()
+            ),
+        )
+        .hint("Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.");
+        if let Some(holders) = crate::diagnostics::describe_holders(target.key, mode) {
+            report = report.detail(holders);
+        }
+        report.raise();
+    }
+}
+
+fn unlock(target: Target, mode: Option<ServerText>) -> bool {
+    let mode = Mode::parse(mode, UNLOCK);
+    lockmgr::release_session(target.key, mode)
+}
+
+#[pg_extern(name = "advlock_try_with_timeout")]
+fn try_with_timeout_key(
+    key: Option<i64>,
+    timeout_ms: Option<i32>,
+    scope: default!(Option<ServerText>, "'xact'"),
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) -> bool {
+    try_with_timeout(Target::from_key(key, TRY), timeout_ms, scope, mode)
+}
+
+#[pg_extern(name = "advlock_try_with_timeout")]
+fn try_with_timeout_text(
+    ns: Option<ServerText>,
+    id: Option<ServerText>,
+    timeout_ms: Option<i32>,
+    scope: default!(Option<ServerText>, "'xact'"),
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) -> bool {
+    try_with_timeout(Target::from_text(ns, id, TRY), timeout_ms, scope, mode)
+}
+
+#[pg_extern(name = "advlock_try_with_timeout")]
+fn try_with_timeout_int(
+    ns: Option<ServerText>,
+    id: Option<i64>,
+    timeout_ms: Option<i32>,
+    scope: default!(Option<ServerText>, "'xact'"),
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) -> bool {
+    try_with_timeout(Target::from_int(ns, id, TRY), timeout_ms, scope, mode)
+}
+
+#[pg_extern(name = "advlock_lock_with_timeout")]
+fn lock_with_timeout_key(
+    key: Option<i64>,
+    timeout_ms: Option<i32>,
+    scope: default!(Option<ServerText>, "'xact'"),
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) {
+    lock_with_timeout(Target::from_key(key, LOCK), timeout_ms, scope, mode)
+}
+
+#[pg_extern(name = "advlock_lock_with_timeout")]
+fn lock_with_timeout_text(
+    ns: Option<ServerText>,
+    id: Option<ServerText>,
+    timeout_ms: Option<i32>,
+    scope: default!(Option<ServerText>, "'xact'"),
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) {
+    lock_with_timeout(Target::from_text(ns, id, LOCK), timeout_ms, scope, mode)
+}
+
+#[pg_extern(name = "advlock_lock_with_timeout")]
+fn lock_with_timeout_int(
+    ns: Option<ServerText>,
+    id: Option<i64>,
+    timeout_ms: Option<i32>,
+    scope: default!(Option<ServerText>, "'xact'"),
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) {
+    lock_with_timeout(Target::from_int(ns, id, LOCK), timeout_ms, scope, mode)
+}
+
+#[pg_extern(name = "advlock_unlock")]
+fn unlock_key(key: Option<i64>, mode: default!(Option<ServerText>, "'exclusive'")) -> bool {
+    unlock(Target::from_key(key, UNLOCK), mode)
+}
+
+#[pg_extern(name = "advlock_unlock")]
+fn unlock_text(
+    ns: Option<ServerText>,
+    id: Option<ServerText>,
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) -> bool {
+    unlock(Target::from_text(ns, id, UNLOCK), mode)
+}
+
+#[pg_extern(name = "advlock_unlock")]
+fn unlock_int(
+    ns: Option<ServerText>,
+    id: Option<i64>,
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) -> bool {
+    unlock(Target::from_int(ns, id, UNLOCK), mode)
+}

@@ -1,0 +1,78 @@
+//! Who holds what: the `advlock_holders` view and its helpers (hand-written SQL in
+//! `sql/holders.sql`), plus the holder description used in lock-timeout errors.
+use crate::errors::Report;
+use crate::gucs;
+use crate::lock_request::Mode;
+use pgrx::datum::Interval;
+use pgrx::pg_sys::errcodes::PgSqlErrorCode;
+use pgrx::prelude::*;
+
+const MICROS_PER_DAY: i128 = 86_400_000_000;
+
+/// The effective idle threshold: `older_than`, or `advlock.idle_threshold` when NULL.
+/// Also loads the library in the calling backend, which defines the GUC.
+#[pg_extern(stable, parallel_safe)]
+fn advlock_idle_threshold(older_than: default!(Option<Interval>, "NULL")) -> Interval {
+    match older_than {
+        None => Interval::from_micros(gucs::IDLE_THRESHOLD_MS.get() as i64 * 1000),
+        Some(interval) => {
+            // interval_cmp's own normalisation: a month is 30 days.
+            let total = (interval.months() as i128 * 30 + interval.days() as i128) * MICROS_PER_DAY
+                + interval.micros() as i128;
+            if total < 0 {
+                Report::new(
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    "argument \"older_than\" must not be a negative interval",
+                )
+                .hint("Pass how long a holder must have been idle, e.g. interval '5 minutes'.")
+                .raise();
+            }
+            interval
+        }
+    }
+}
+
+pgrx::extension_sql_file!(
+    "../sql/holders.sql",
+    name = "holders",
+    requires = [advlock_idle_threshold]
+);
+
+/// "Held by PID 123 (application_name "worker", state "idle")." for a lock-timeout DETAIL:
+/// the granted holders whose mode conflicts with `mode`. Runs only on the error path.
+pub fn describe_holders(key: i64, mode: Mode) -> Option<String> {
+    // Qualified names and operators: this runs with the caller's search_path.
+    const QUERY: &str = "
+        SELECT pg_catalog.string_agg(pg_catalog.format('PID %s (application_name %s, state %s)',
+                   l.pid, pg_catalog.quote_literal(a.application_name), pg_catalog.quote_literal(a.state)),
+                   ', ' ORDER BY l.pid)
+          FROM pg_catalog.pg_locks l
+          LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
+         WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
+           AND l.granted
+           AND l.objsubid OPERATOR(pg_catalog.=) 1
+           AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+           AND l.classid OPERATOR(pg_catalog.=) $1 AND l.objid OPERATOR(pg_catalog.=) $2
+           AND ($3 OR l.mode OPERATOR(pg_catalog.=) 'ExclusiveLock')
+           AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()";
+    let classid = pg_sys::Oid::from(((key as u64) >> 32) as u32);
+    let objid = pg_sys::Oid::from(key as u32);
+    let exclusive = mode == Mode::Exclusive;
+    let holders: Option<String> = Spi::connect(|client| {
+        client
+            .select(
+                QUERY,
+                Some(1),
+                &[classid.into(), objid.into(), exclusive.into()],
+            )?
+            .first()
+            .get_one::<String>()
+    })
+    .ok()
+    .flatten();
+    Some(match holders {
+        Some(list) => format!("Held by {list}."),
+        None => "The holder released it after the wait ended.".to_string(),
+    })
+}

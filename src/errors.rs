@@ -1,0 +1,64 @@
+//! Error reporting in PostgreSQL's style: SQLSTATE, a message naming the argument, a hint.
+use pgrx::pg_sys::errcodes::PgSqlErrorCode;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::PgLogLevel;
+
+pub struct Report {
+    inner: ErrorReport,
+}
+
+impl Report {
+    #[track_caller]
+    pub fn new(code: PgSqlErrorCode, message: impl Into<String>) -> Self {
+        Report {
+            inner: ErrorReport::new(code, message.into(), "advlock"),
+        }
+    }
+
+    pub fn detail(mut self, detail: impl Into<String>) -> Self {
+        self.inner = self.inner.set_detail(detail);
+        self
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.inner = self.inner.set_hint(hint);
+        self
+    }
+
+    /// Raises the report as an ERROR: aborts the (sub)transaction, never returns.
+    pub fn raise(self) -> ! {
+        self.inner.report(PgLogLevel::ERROR);
+        unreachable!("ereport(ERROR) returned")
+    }
+
+    pub fn warn(self) {
+        self.inner.report(PgLogLevel::WARNING);
+    }
+}
+
+/// 22004: a NULL would otherwise flow silently into the lock manager (`pg_advisory_lock(NULL)`
+/// takes no lock and returns NULL), so every advlock argument is checked explicitly.
+pub fn null_argument(function: &str, argument: &str) -> ! {
+    Report::new(
+        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+        format!("argument \"{argument}\" of {function} must not be null"),
+    )
+    .hint("A NULL key would lock nothing; pass a value for every argument.")
+    .raise()
+}
+
+/// 22023 for a value outside the accepted set.
+pub fn invalid_argument(argument: &str, message: impl Into<String>, hint: impl Into<String>) -> ! {
+    let _ = argument;
+    Report::new(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, message)
+        .hint(hint)
+        .raise()
+}
+
+/// Unwraps an SQL argument or raises 22004 naming it.
+pub fn required<T>(value: Option<T>, function: &str, argument: &str) -> T {
+    match value {
+        Some(v) => v,
+        None => null_argument(function, argument),
+    }
+}

@@ -1,0 +1,34 @@
+//! Settings, all under the `advlock.` prefix (like `pg_stat_statements.*`).
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+/// How long a backend must have been idle while holding an advisory lock before
+/// `advlock_holders.is_idle_holder` flags it as a leak. Milliseconds; accepts '30s', '5min'.
+pub static IDLE_THRESHOLD_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
+
+/// Advisory locks on a hot standby only coordinate sessions on that standby, never with the
+/// primary; acquisition refuses there unless this is on.
+pub static ALLOW_ON_STANDBY: GucSetting<bool> = GucSetting::<bool>::new(false);
+
+pub fn init() {
+    GucRegistry::define_int_guc(
+        c"advlock.idle_threshold",
+        c"Idle time after which a backend holding advisory locks is reported as an idle holder (a likely leak).",
+        c"Used by advlock_holders.is_idle_holder, advlock_idle_holders() and advlock_leak_count().",
+        &IDLE_THRESHOLD_MS,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_bool_guc(
+        c"advlock.allow_on_standby",
+        c"Allow advlock's acquisition functions on a hot standby.",
+        c"Locks taken on a standby coordinate only sessions on that standby, not with the primary.",
+        &ALLOW_ON_STANDBY,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    // Reserve the prefix so a typo such as advlock.idle_treshold is reported, not kept silently.
+    // SAFETY: called once from _PG_init with a static NUL-terminated string.
+    unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"advlock".as_ptr()) };
+}

@@ -1,0 +1,127 @@
+//! What a caller asks for: which key, in which scope and mode — validated once, up front.
+use crate::errors::{invalid_argument, required};
+use crate::keys;
+use crate::server_text::ServerText;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Scope {
+    /// Released at commit/rollback of the current transaction.
+    Xact,
+    /// Held until `advlock_unlock` or disconnect.
+    Session,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    Exclusive,
+    Shared,
+}
+
+impl Scope {
+    pub fn parse(value: Option<ServerText>, function: &str) -> Scope {
+        match required(value, function, "scope").as_bytes() {
+            b"xact" => Scope::Xact,
+            b"session" => Scope::Session,
+            other => invalid_argument(
+                "scope",
+                format!("invalid value for argument \"scope\" of {function}: \"{}\"", String::from_utf8_lossy(other)),
+                "Allowed values are 'xact' (released at commit or rollback) and 'session' (held until advlock_unlock or disconnect).",
+            ),
+        }
+    }
+}
+
+impl Mode {
+    pub fn parse(value: Option<ServerText>, function: &str) -> Mode {
+        match required(value, function, "mode").as_bytes() {
+            b"exclusive" => Mode::Exclusive,
+            b"shared" => Mode::Shared,
+            other => invalid_argument(
+                "mode",
+                format!(
+                    "invalid value for argument \"mode\" of {function}: \"{}\"",
+                    String::from_utf8_lossy(other)
+                ),
+                "Allowed values are 'exclusive' and 'shared'.",
+            ),
+        }
+    }
+}
+
+/// The id part of an `(ns, id)` call, kept as given so messages can name it.
+pub enum Id<'a> {
+    Text(ServerText<'a>),
+    Int(i64),
+}
+
+/// The lock's key, with the `(ns, id)` it came from when there is one. The label is only
+/// rendered for messages, so the uncontended path allocates nothing.
+pub struct Target<'a> {
+    pub key: i64,
+    pub label: Option<(ServerText<'a>, Id<'a>)>,
+}
+
+impl<'a> Target<'a> {
+    pub fn from_key(key: Option<i64>, function: &str) -> Target<'a> {
+        Target {
+            key: required(key, function, "key"),
+            label: None,
+        }
+    }
+
+    pub fn from_text(
+        ns: Option<ServerText<'a>>,
+        id: Option<ServerText<'a>>,
+        function: &str,
+    ) -> Target<'a> {
+        let ns = keys::namespace(ns, function);
+        let id = required(id, function, "id");
+        Target {
+            key: keys::key_of_text(&ns, &id),
+            label: Some((ns, Id::Text(id))),
+        }
+    }
+
+    pub fn from_int(ns: Option<ServerText<'a>>, id: Option<i64>, function: &str) -> Target<'a> {
+        let ns = keys::namespace(ns, function);
+        let id = required(id, function, "id");
+        Target {
+            key: keys::key_of_int(&ns, id),
+            label: Some((ns, Id::Int(id))),
+        }
+    }
+
+    /// "key 123" or "key 123 = advlock_key('rollup', 'nightly')".
+    pub fn describe(&self) -> String {
+        let quote = |s: String| format!("'{}'", s.replace('\'', "''"));
+        match &self.label {
+            None => format!("key {}", self.key),
+            Some((ns, Id::Text(id))) => {
+                format!(
+                    "key {} = advlock_key({}, {})",
+                    self.key,
+                    quote(ns.display()),
+                    quote(id.display())
+                )
+            }
+            Some((ns, Id::Int(id))) => format!(
+                "key {} = advlock_key({}, {})",
+                self.key,
+                quote(ns.display()),
+                id
+            ),
+        }
+    }
+}
+
+pub fn timeout(value: Option<i32>, function: &str) -> i32 {
+    let ms = required(value, function, "timeout_ms");
+    if ms < 0 {
+        invalid_argument(
+            "timeout_ms",
+            format!("argument \"timeout_ms\" of {function} must not be negative: {ms}"),
+            "Use 0 for a pure try (no wait) or a positive number of milliseconds to wait at most.",
+        );
+    }
+    ms
+}

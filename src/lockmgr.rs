@@ -1,0 +1,155 @@
+//! The only module that calls PostgreSQL's lock manager, subtransaction and GUC internals.
+//! Everything unsafe lives here, behind small safe functions.
+//!
+//! Tags are built exactly as `lockfuncs.c` builds them for `pg_advisory_*(bigint)`
+//! (SET_LOCKTAG_INT64: field4 = 1), so advlock and the built-ins see each other's locks.
+use crate::lock_request::{Mode, Scope};
+use core::ffi::CStr;
+use pgrx::pg_sys;
+use pgrx::pg_sys::errcodes::PgSqlErrorCode;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::PgTryBuilder;
+
+/// `LOCKTAG` for an int8 advisory key in the current database.
+fn advisory_tag(key: i64) -> pg_sys::LOCKTAG {
+    pg_sys::LOCKTAG {
+        // SAFETY: MyDatabaseId is set once at backend start, before any SQL function runs.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: ((key as u64) >> 32) as u32,
+        locktag_field3: key as u32,
+        locktag_field4: 1,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    }
+}
+
+fn lockmode(mode: Mode) -> pg_sys::LOCKMODE {
+    match mode {
+        Mode::Exclusive => pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
+        Mode::Shared => pg_sys::ShareLock as pg_sys::LOCKMODE,
+    }
+}
+
+/// Advisory locks are not transferable to parallel workers (as in `lockfuncs.c`).
+pub fn prevent_in_parallel_mode() {
+    // SAFETY: reads backend-local transaction state.
+    if unsafe { pg_sys::IsInParallelMode() } {
+        crate::errors::Report::new(
+            PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
+            "cannot use advisory locks during a parallel operation",
+        )
+        .raise();
+    }
+}
+
+pub fn in_transaction_block() -> bool {
+    // SAFETY: reads backend-local transaction state.
+    unsafe { pg_sys::IsTransactionBlock() }
+}
+
+pub fn in_recovery() -> bool {
+    // SAFETY: RecoveryInProgress only reads shared memory state under its own spinlock.
+    unsafe { pg_sys::RecoveryInProgress() }
+}
+
+/// Tries to take the lock without waiting. True when held (newly or re-entrantly).
+pub fn try_acquire(key: i64, mode: Mode, scope: Scope) -> bool {
+    let tag = advisory_tag(key);
+    // SAFETY: a valid tag and mode for USER_LOCKMETHOD; with dontWait the call never sleeps.
+    // An ERROR (e.g. out of shared memory) longjmps into pgrx's guard and becomes a panic.
+    let result =
+        unsafe { pg_sys::LockAcquire(&tag, lockmode(mode), scope == Scope::Session, true) };
+    result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+}
+
+/// Whether this backend holds the lock in exactly this mode (in any scope).
+pub fn held_by_me(key: i64, mode: Mode) -> bool {
+    let tag = advisory_tag(key);
+    // SAFETY: reads this backend's local lock table.
+    unsafe { pg_sys::LockHeldByMe(&tag, lockmode(mode), false) }
+}
+
+/// Releases one session-level hold. False (with the lock manager's own WARNING, exactly as
+/// `pg_advisory_unlock`) when this backend holds no such session lock.
+pub fn release_session(key: i64, mode: Mode) -> bool {
+    let tag = advisory_tag(key);
+    // SAFETY: a valid tag; LockRelease only touches this backend's holds.
+    unsafe { pg_sys::LockRelease(&tag, lockmode(mode), true) }
+}
+
+/// Waits in the lock manager's queue for at most `timeout_ms` (> 0). True when the lock is
+/// held on return; false when the wait ran out and nothing is held or queued.
+///
+/// Mirrors plpgsql's exception block (`exec_stmt_block`): the wait runs inside an internal
+/// subtransaction so that a lock-timeout ERROR can be caught and rolled back cleanly, and
+/// `lock_timeout` is set under its own GUC nest level (GUC_ACTION_SAVE) so the caller's value
+/// is restored on every path — `SET LOCAL` semantics would leak into the parent transaction.
+/// Only 55P03 is caught; deadlocks (40P01), cancels and statement timeouts (57014) propagate.
+pub fn acquire_within(key: i64, mode: Mode, scope: Scope, timeout_ms: i32) -> bool {
+    debug_assert!(timeout_ms > 0);
+    let tag = advisory_tag(key);
+    let session = scope == Scope::Session;
+    let timeout = std::ffi::CString::new(timeout_ms.to_string()).expect("digits contain no NUL");
+    // SAFETY: we are inside a transaction (every SQL function call is). The sequence below is
+    // the one plpgsql uses around a protected block; memory context and resource owner are
+    // restored on both paths before returning control to the caller.
+    unsafe {
+        let caller_context = pg_sys::CurrentMemoryContext;
+        let caller_owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(core::ptr::null());
+        pg_sys::MemoryContextSwitchTo(caller_context);
+
+        PgTryBuilder::new(|| {
+            let nest_level = pg_sys::NewGUCNestLevel();
+            set_lock_timeout(timeout.as_c_str());
+            pg_sys::LockAcquire(&tag, lockmode(mode), session, false);
+            // GUC_ACTION_SAVE values are always restored at the end of their nest level.
+            pg_sys::AtEOXact_GUC(true, nest_level);
+            // Commit the subtransaction: an xact-scoped lock moves to the caller's owner.
+            pg_sys::ReleaseCurrentSubTransaction();
+            pg_sys::MemoryContextSwitchTo(caller_context);
+            pg_sys::CurrentResourceOwner = caller_owner;
+            true
+        })
+        .catch_others(|error| {
+            // pgrx's FFI guard already copied and flushed the error state.
+            pg_sys::MemoryContextSwitchTo(caller_context);
+            // Aborting the subtransaction restores lock_timeout (AtEOXact_GUC of its nest
+            // levels), leaves the wait queue (LockErrorCleanup) and releases what the
+            // subtransaction's owner held.
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            pg_sys::MemoryContextSwitchTo(caller_context);
+            pg_sys::CurrentResourceOwner = caller_owner;
+            match &error {
+                CaughtError::PostgresError(report)
+                    if report.sql_error_code() == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE =>
+                {
+                    // The grant can race the timeout: LockErrorCleanup then records the
+                    // granted lock. A session lock survives the subtransaction abort, an
+                    // xact lock does not; either way report what is true now.
+                    held_by_me(key, mode)
+                }
+                _ => error.rethrow(),
+            }
+        })
+        .execute()
+    }
+}
+
+/// `lock_timeout = timeout` at the current GUC nest level, as a function's SET clause does.
+unsafe fn set_lock_timeout(value: &CStr) {
+    // SAFETY: lock_timeout is a built-in USERSET GUC; GUC_ACTION_SAVE records the old value
+    // for AtEOXact_GUC at the nest level opened by the caller.
+    unsafe {
+        pg_sys::set_config_option(
+            c"lock_timeout".as_ptr(),
+            value.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+    }
+}

@@ -1,0 +1,85 @@
+//! A `text` argument as raw bytes in the server encoding, converted to UTF-8 on demand.
+//!
+//! pgrx's `&str` panics on non-ASCII text in a non-UTF-8 database; advlock instead converts
+//! with the server's own conversion routines so a key is the same in every database.
+use core::ffi::{c_char, c_int, CStr};
+use pgrx::callconv::{Arg, ArgAbi};
+use pgrx::pg_sys;
+use pgrx::FromDatum;
+use std::borrow::Cow;
+
+pub struct ServerText<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> ServerText<'a> {
+    /// The raw bytes, in the database encoding.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The text as UTF-8. Borrowed (no allocation) in UTF-8 and SQL_ASCII databases, and for
+    /// ASCII-only text in any encoding (every server encoding is an ASCII superset).
+    pub fn to_utf8(&self) -> Cow<'a, [u8]> {
+        if self.bytes.is_ascii() || !needs_conversion() {
+            return Cow::Borrowed(self.bytes);
+        }
+        // SAFETY: `bytes` is a detoasted text payload valid for this call; pg_server_to_any
+        // returns either its input or a palloc'd NUL-terminated string in the current memory
+        // context (text never contains NUL bytes, so strlen is the converted length).
+        unsafe {
+            let src = self.bytes.as_ptr() as *const c_char;
+            let out = pg_sys::pg_server_to_any(
+                src,
+                self.bytes.len() as c_int,
+                pg_sys::pg_enc::PG_UTF8 as c_int,
+            );
+            if out as *const c_char == src {
+                Cow::Borrowed(self.bytes)
+            } else {
+                Cow::Owned(CStr::from_ptr(out).to_bytes().to_vec())
+            }
+        }
+    }
+
+    /// For messages: lossless in UTF-8 databases, best effort elsewhere.
+    pub fn display(&self) -> String {
+        String::from_utf8_lossy(&self.to_utf8()).into_owned()
+    }
+}
+
+fn needs_conversion() -> bool {
+    // SAFETY: reads the backend-local database encoding; always set inside a backend.
+    let enc = unsafe { pg_sys::GetDatabaseEncoding() } as u32;
+    enc != pg_sys::pg_enc::PG_UTF8 as u32 && enc != pg_sys::pg_enc::PG_SQL_ASCII as u32
+}
+
+impl<'a> FromDatum for ServerText<'a> {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
+        if is_null || datum.is_null() {
+            return None;
+        }
+        // SAFETY: the datum is a `text` (the SQL signature says so); detoasting allocates in
+        // the function's memory context, which outlives this call.
+        unsafe {
+            let varlena = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+            Some(ServerText {
+                bytes: pgrx::varlena::varlena_to_byte_slice(varlena),
+            })
+        }
+    }
+}
+
+unsafe impl<'fcx> ArgAbi<'fcx> for ServerText<'fcx> {
+    unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
+        let index = arg.index();
+        unsafe { arg.unbox_arg_using_from_datum() }
+            .unwrap_or_else(|| panic!("argument {index} must not be null"))
+    }
+}
+
+pgrx::pgrx_sql_entity_graph::impl_sql_translatable!(ServerText<'_>, arg_only = "text");

@@ -1,0 +1,93 @@
+// pg_test functions must live in a module named `tests` (pgrx calls "tests"."name"()).
+#[pgrx::pg_schema]
+mod tests {
+    use crate::tests::{error_of, one_bool, one_i64, one_text};
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn holders_decode_int8_keys_including_negative() {
+        for key in [
+            0i64,
+            1,
+            -1,
+            42,
+            -42,
+            i64::MAX,
+            i64::MIN,
+            2132624222628149741,
+            -4880605526533726798,
+        ] {
+            Spi::run(&format!("SELECT pg_advisory_xact_lock('{key}'::bigint)")).unwrap();
+            assert!(
+                one_bool(&format!("SELECT EXISTS (SELECT FROM advlock_holders WHERE key = '{key}'::bigint AND granted AND pid = pg_backend_pid() AND key1 IS NULL)")),
+                "key {key} decodes"
+            );
+        }
+    }
+
+    #[pg_test]
+    fn holders_decode_two_int4_keys() {
+        Spi::run("SELECT pg_advisory_xact_lock(-5, 2147483647)").unwrap();
+        assert_eq!(
+            one_text("SELECT format('%s/%s/%s/%s', key1, key2, coalesce(key::text, 'null'), mode) FROM advlock_holders WHERE pid = pg_backend_pid()"),
+            "-5/2147483647/null/exclusive"
+        );
+    }
+
+    #[pg_test]
+    fn holders_show_backend_columns() {
+        Spi::run("SELECT pg_advisory_xact_lock_shared(11)").unwrap();
+        assert_eq!(
+            one_text(
+                "SELECT format('%s|%s|%s|%s|%s|%s', mode, granted, backend_state, idle_for IS NULL,
+                               is_idle_holder, blocked_by IS NULL AND waiting_since IS NULL AND label IS NULL)
+                   FROM advlock_holders WHERE key = 11"
+            ),
+            "shared|t|active|t|f|t"
+        );
+    }
+
+    #[pg_test]
+    fn idle_threshold_guc_and_helper() {
+        assert_eq!(one_text("SHOW advlock.idle_threshold"), "1min");
+        assert_eq!(
+            one_text("SELECT advlock_idle_threshold()::text"),
+            "00:01:00"
+        );
+        Spi::run("SET LOCAL advlock.idle_threshold = '250ms'").unwrap();
+        assert_eq!(
+            one_text("SELECT advlock_idle_threshold()::text"),
+            "00:00:00.25"
+        );
+        assert_eq!(
+            one_text("SELECT advlock_idle_threshold('2 hours')::text"),
+            "02:00:00"
+        );
+        assert_eq!(
+            error_of("SELECT advlock_idle_threshold('-1 second')"),
+            "22023: argument \"older_than\" must not be a negative interval"
+        );
+        assert_eq!(one_i64("SELECT advlock_leak_count()"), 0);
+        assert_eq!(one_i64("SELECT count(*) FROM advlock_idle_holders('0')"), 0);
+    }
+
+    #[pg_test]
+    fn terminate_rejects_null_and_negative() {
+        assert_eq!(
+            error_of("SELECT * FROM advlock_terminate_idle_holders(NULL)"),
+            "22004: argument \"older_than\" of advlock_terminate_idle_holders must not be null"
+        );
+        assert_eq!(
+            error_of("SELECT * FROM advlock_terminate_idle_holders('-5 min')"),
+            "22023: argument \"older_than\" must not be a negative interval"
+        );
+        assert_eq!(
+            error_of("SELECT * FROM advlock_terminate_idle_holders('5 min', NULL)"),
+            "22004: argument \"dry_run\" of advlock_terminate_idle_holders must not be null"
+        );
+        assert_eq!(
+            one_i64("SELECT count(*) FROM advlock_terminate_idle_holders('0', dry_run => true)"),
+            0
+        );
+    }
+}
