@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Shared helpers: start/stop a throwaway PostgreSQL 17 instance as the `postgres` OS user.
+# Sourced by pg_test/run.sh and bench/run.sh.
+PGBIN=${PGBIN:-/usr/lib/postgresql/17/bin}
+PGXS_TEST=/usr/lib/postgresql/17/lib/pgxs/src/test
+
+as_postgres() {
+  if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres -- "$@"; fi
+}
+
+# instance_start DIR PORT [extra postgresql.conf lines...]
+# Initialises DIR/data (owned by postgres) and starts it on 127.0.0.1:PORT with its unix
+# socket in DIR. Exports PGHOST/PGPORT/PGUSER for the caller.
+instance_start() {
+  local dir=$1 port=$2; shift 2
+  mkdir -p "$dir"
+  chown postgres "$dir" 2>/dev/null || true
+  as_postgres "$PGBIN/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 --no-sync >"$dir/initdb.log" 2>&1 ||
+    { cat "$dir/initdb.log"; return 1; }
+  {
+    echo "port = $port"
+    echo "listen_addresses = '127.0.0.1'"
+    echo "unix_socket_directories = '$dir'"
+    echo "fsync = off"
+    echo "max_connections = 200"
+    echo "log_line_prefix = '%m [%p] %q%a '"
+    for line in "$@"; do echo "$line"; done
+  } | as_postgres tee -a "$dir/data/postgresql.conf" >/dev/null
+  as_postgres "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start >/dev/null ||
+    { tail -30 "$dir/postgres.log"; return 1; }
+  export PGHOST=$dir PGPORT=$port PGUSER=postgres
+}
+
+instance_stop() {
+  local dir=$1
+  [ -f "$dir/data/postmaster.pid" ] && as_postgres "$PGBIN/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1
+  return 0
+}

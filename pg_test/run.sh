@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs advlock's out-of-process suites against a temporary PostgreSQL 17 instance, started as
+# the `postgres` user with the extension as installed by `cargo pgrx install`:
+#   pg_test/regress/sql/*.sql     + expected/*.out   (pg_regress)
+#   pg_test/isolation/specs/*.spec + expected/*.out  (pg_isolation_regress)
+#   pg_test/clients/test_*.py                        (pytest, real drivers and PgBouncer)
+# Adding a test is dropping in a file. Writes "suite passed failed" lines to $ADVLOCK_SUMMARY.
+#
+# Usage: pg_test/run.sh [regress|isolation|clients ...]   (default: all)
+# ADVLOCK_TEST_CONF: extra postgresql.conf lines (newline separated), e.g. a preload.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+. "$here/instance.sh"
+
+suites=("$@"); [ ${#suites[@]} -gt 0 ] || suites=(regress isolation clients)
+port=${ADVLOCK_TEST_PORT:-5418}
+summary=${ADVLOCK_SUMMARY:-/dev/null}
+work=$(mktemp -d /tmp/advlock-pg_test.XXXXXX)
+chmod 755 "$work"; chown postgres "$work"
+mapfile -t extra_conf < <(printf '%s\n' "${ADVLOCK_TEST_CONF:-}" | sed '/^$/d')
+
+trap 'instance_stop "$work"' EXIT
+instance_start "$work" "$port" "${extra_conf[@]}" || { echo "pg_test: could not start PostgreSQL 17"; echo "setup 0 1" >>"$summary"; exit 1; }
+echo "pg_test: PostgreSQL 17 on port $port, data in $work/data"
+
+status=0
+# count_tap FILE SUITE: pg_regress (PG 17) prints "ok N - name" / "not ok N - name" per test.
+count_tap() {
+  local passed failed
+  passed=$(grep -cE '^ok [0-9]+' "$1")
+  failed=$(grep -cE '^not ok [0-9]+' "$1")
+  echo "$2 $passed $failed" >>"$summary"
+  echo "pg_test: $2: $passed passed, $failed failed"
+}
+
+run_regress_like() { # suite driver inputdir files...
+  local suite=$1 driver=$2 input=$3; shift 3
+  [ $# -gt 0 ] || { echo "pg_test: $suite: no tests"; return 0; }
+  mkdir -p "$work/$suite"; chown postgres "$work/$suite"
+  as_postgres "$driver" --bindir="$PGBIN" --host="$work" --port="$port" --user=postgres \
+    --inputdir="$input" --outputdir="$work/$suite" --dbname="advlock_$suite" \
+    --load-extension=advlock "$@" >"$work/$suite.log" 2>&1
+  local rc=$?
+  cat "$work/$suite.log"
+  count_tap "$work/$suite.log" "$suite"
+  if [ $rc -ne 0 ]; then
+    status=1
+    [ -f "$work/$suite/regression.diffs" ] && head -200 "$work/$suite/regression.diffs"
+  fi
+}
+
+for suite in "${suites[@]}"; do
+  case $suite in
+    regress)
+      mapfile -t tests < <(ls "$here/regress/sql" 2>/dev/null | sed -n 's/\.sql$//p' | sort)
+      run_regress_like regress "$PGXS_TEST/regress/pg_regress" "$here/regress" "${tests[@]}" ;;
+    isolation)
+      mapfile -t specs < <(ls "$here/isolation/specs" 2>/dev/null | sed -n 's/\.spec$//p' | sort)
+      run_regress_like isolation "$PGXS_TEST/isolation/pg_isolation_regress" "$here/isolation" "${specs[@]}" ;;
+    clients)
+      if ! ls "$here"/clients/test_*.py >/dev/null 2>&1; then echo "pg_test: clients: no tests"; continue; fi
+      as_postgres "$PGBIN/psql" -X -q -h "$work" -p "$port" -U postgres -d postgres \
+        -c "CREATE DATABASE advlock_clients" -c "\\c advlock_clients" -c "CREATE EXTENSION advlock" >/dev/null || status=1
+      (cd "$here/clients" && ADVLOCK_PGHOST=127.0.0.1 ADVLOCK_PGPORT=$port ADVLOCK_PGDATABASE=advlock_clients \
+        ADVLOCK_WORKDIR="$work" "$here/.venv/bin/python" -m pytest -q -p no:cacheprovider \
+        --junitxml="$work/clients.xml" . 2>&1 | tee "$work/clients.log")
+      rc=${PIPESTATUS[0]}
+      read -r passed failed < <("$here/.venv/bin/python" - "$work/clients.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except Exception:
+    print(0, 1); sys.exit()
+suites = [root] if root.tag == "testsuite" else list(root)
+t = sum(int(s.get("tests", 0)) for s in suites); f = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+sk = sum(int(s.get("skipped", 0)) for s in suites)
+print(t - f - sk, f)
+PY
+)
+      echo "clients $passed $failed" >>"$summary"
+      [ "$rc" -eq 0 ] || status=1 ;;
+    *) echo "pg_test: unknown suite $suite"; status=1 ;;
+  esac
+done
+
+if [ $status -ne 0 ]; then
+  echo "pg_test: server log tail ($work/postgres.log):"; tail -40 "$work/postgres.log"
+fi
+exit $status

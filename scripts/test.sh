@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# advlock's test command: installs what is missing (scripts/setup.sh), then runs every suite
+#   1. cargo pgrx test pg17          in-database #[pg_test]s and Rust unit tests
+#   2. pg_test/run.sh                pg_regress, pg_isolation_regress, real clients + PgBouncer
+#   3. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
+# and prints one closing line: "advlock: N passed, M failed". Exits non-zero on any failure.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+cd "$repo"
+export PATH="$HOME/.cargo/bin:$PATH"
+PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config
+
+"$here/setup.sh" || { echo "advlock: 0 passed, 1 failed"; exit 1; }
+
+summary=$(mktemp /tmp/advlock-summary.XXXXXX)
+export ADVLOCK_SUMMARY=$summary
+status=0
+section() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
+
+section "cargo pgrx test pg17"
+runas=()
+if [ "$(id -u)" = 0 ]; then
+  # initdb refuses root: run the test cluster as `postgres` in a directory it owns.
+  pgdata=/tmp/advlock-pgrx-test
+  mkdir -p "$pgdata"; chown postgres "$pgdata"
+  runas=(--runas postgres --pgdata "$pgdata/data")
+fi
+log=$(mktemp /tmp/advlock-pgrx-test.XXXXXX.log)
+cargo pgrx test pg17 "${runas[@]}" 2>&1 | tee "$log" | grep -E '^test |^test result:|panicked|^error' || true
+rc=${PIPESTATUS[0]}
+read -r p f < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+                    END { print p + 0, f + 0 }' "$log")
+if [ "$rc" -ne 0 ]; then
+  status=1; [ "$f" -gt 0 ] || f=1
+  grep -E 'Client Error|left:|right:|ERROR' -A3 "$log" | head -60
+fi
+echo "pgrx $p $f" >>"$summary"
+
+section "install the extension into PostgreSQL 17"
+if cargo pgrx install --pg-config "$PG_CONFIG" >"$log" 2>&1; then
+  section "pg_test suites"
+  "$repo/pg_test/run.sh" || status=1
+else
+  tail -30 "$log"; echo "install 0 1" >>"$summary"; status=1
+fi
+
+if [ -x "$repo/bench/run.sh" ]; then
+  section "benchmark harness (--quick)"
+  if "$repo/bench/run.sh" --quick; then echo "bench-quick 1 0" >>"$summary"; else echo "bench-quick 0 1" >>"$summary"; status=1; fi
+fi
+
+section "summary"
+awk '{ printf "  %-12s %5d passed, %d failed\n", $1, $2, $3; p += $2; f += $3 }
+     END { printf "advlock: %d passed, %d failed\n", p, f }' "$summary"
+awk '{ f += $3 } END { exit f > 0 }' "$summary" || status=1
+exit $status

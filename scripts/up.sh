@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# advlock's setup-and-run command: installs everything (scripts/setup.sh), builds and installs
+# the extension into PostgreSQL 17 (release build), and starts a local PostgreSQL 17 cluster
+# as the `postgres` user with a database `advlock` where CREATE EXTENSION advlock has run.
+#   data dir  /var/lib/postgresql/advlock-17   (override: ADVLOCK_PGDATA)
+#   port      5417 on 127.0.0.1                 (override: ADVLOCK_PORT)
+# Idempotent: a second run rebuilds only what changed and keeps the running cluster.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+export PATH="$HOME/.cargo/bin:$PATH"
+PGBIN=/usr/lib/postgresql/17/bin
+PGDATA=${ADVLOCK_PGDATA:-/var/lib/postgresql/advlock-17}
+PORT=${ADVLOCK_PORT:-5417}
+as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres -- "$@"; fi; }
+
+"$here/setup.sh"
+echo "[up] building and installing advlock (release)"
+(cd "$repo" && cargo pgrx install --release --pg-config "$PGBIN/pg_config" >/tmp/advlock-install.log 2>&1) ||
+  { tail -30 /tmp/advlock-install.log; exit 1; }
+
+if [ ! -f "$PGDATA/PG_VERSION" ]; then
+  echo "[up] initdb $PGDATA"
+  mkdir -p "$(dirname "$PGDATA")"
+  as_postgres "$PGBIN/initdb" -D "$PGDATA" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >/dev/null
+  cat <<CONF | as_postgres tee -a "$PGDATA/postgresql.conf" >/dev/null
+# advlock local development cluster (trust auth: loopback only)
+port = $PORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '/tmp'
+CONF
+fi
+if ! as_postgres "$PGBIN/pg_ctl" -D "$PGDATA" status >/dev/null 2>&1; then
+  echo "[up] starting PostgreSQL 17"
+  as_postgres "$PGBIN/pg_ctl" -D "$PGDATA" -l "$PGDATA/postgres.log" -w start >/dev/null
+fi
+psql_() { "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$PORT" -U postgres "$@"; }
+psql_ -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'advlock'" | grep -q 1 ||
+  psql_ -d postgres -c "CREATE DATABASE advlock"
+psql_ -d advlock -c "CREATE EXTENSION IF NOT EXISTS advlock" \
+                 -c "ALTER EXTENSION advlock UPDATE" 2>&1 | grep -v 'already' || true
+echo "[up] advlock_key('rollup', 'nightly') = $(psql_ -d advlock -tAc "SELECT advlock_key('rollup', 'nightly')")"
+echo
+echo "PostgreSQL 17 with advlock is running. Connect with:"
+echo "  psql -h 127.0.0.1 -p $PORT -U postgres advlock"
