@@ -4,16 +4,17 @@
 #   pg_test/regress/sql/*.sql     + expected/*.out   (pg_regress)
 #   pg_test/isolation/specs/*.spec + expected/*.out  (pg_isolation_regress)
 #   pg_test/clients/test_*.py                        (pytest, real drivers and PgBouncer)
+#   pg_test/reliability/test_*.py                    (pytest, faults, load, standby, security)
 # Adding a test is dropping in a file. Writes "suite passed failed" lines to $ADVLOCK_SUMMARY.
 #
-# Usage: pg_test/run.sh [regress|isolation|clients ...]   (default: all)
+# Usage: pg_test/run.sh [regress|isolation|clients|reliability ...]   (default: all)
 # ADVLOCK_TEST_CONF: extra postgresql.conf lines (newline separated), e.g. a preload.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 . "$here/instance.sh"
 
-suites=("$@"); [ ${#suites[@]} -gt 0 ] || suites=(regress isolation clients)
+suites=("$@"); [ ${#suites[@]} -gt 0 ] || suites=(regress isolation clients reliability)
 port=${ADVLOCK_TEST_PORT:-5418}
 summary=${ADVLOCK_SUMMARY:-/dev/null}
 work=$(mktemp -d /tmp/advlock-pg_test.XXXXXX)
@@ -50,6 +51,36 @@ run_regress_like() { # suite driver inputdir files...
   fi
 }
 
+# run_pytest SUITE: pytest over pg_test/SUITE/test_*.py in its own database advlock_SUITE
+# (extension created), with the instance described by ADVLOCK_PG* variables.
+run_pytest() {
+  local suite=$1 dir="$here/$1" rc passed failed
+  if ! ls "$dir"/test_*.py >/dev/null 2>&1; then echo "pg_test: $suite: no tests"; return 0; fi
+  as_postgres "$PGBIN/psql" -X -q -h "$work" -p "$port" -U postgres -d postgres \
+    -c "CREATE DATABASE advlock_$suite" -c "\\c advlock_$suite" -c "CREATE EXTENSION advlock" >/dev/null || status=1
+  (cd "$dir" && ADVLOCK_PGHOST=127.0.0.1 ADVLOCK_PGPORT=$port ADVLOCK_PGDATABASE=advlock_$suite \
+    ADVLOCK_WORKDIR="$work" ADVLOCK_PGDATA="$work/data" PGBIN="$PGBIN" \
+    "$here/.venv/bin/python" -m pytest -q -p no:cacheprovider \
+    --junitxml="$work/$suite.xml" . 2>&1 | tee "$work/$suite.log")
+  rc=${PIPESTATUS[0]}
+  read -r passed failed < <("$here/.venv/bin/python" - "$work/$suite.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except Exception:
+    print(0, 1); sys.exit()
+suites = [root] if root.tag == "testsuite" else list(root)
+total = sum(int(s.get("tests", 0)) for s in suites)
+failed = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+skipped = sum(int(s.get("skipped", 0)) for s in suites)
+print(total - failed - skipped, failed)
+PY
+)
+  echo "$suite $passed $failed" >>"$summary"
+  echo "pg_test: $suite: $passed passed, $failed failed"
+  [ "$rc" -eq 0 ] || status=1
+}
+
 for suite in "${suites[@]}"; do
   case $suite in
     regress)
@@ -58,28 +89,8 @@ for suite in "${suites[@]}"; do
     isolation)
       mapfile -t specs < <(ls "$here/isolation/specs" 2>/dev/null | sed -n 's/\.spec$//p' | sort)
       run_regress_like isolation "$PGXS_TEST/isolation/pg_isolation_regress" "$here/isolation" "${specs[@]}" ;;
-    clients)
-      if ! ls "$here"/clients/test_*.py >/dev/null 2>&1; then echo "pg_test: clients: no tests"; continue; fi
-      as_postgres "$PGBIN/psql" -X -q -h "$work" -p "$port" -U postgres -d postgres \
-        -c "CREATE DATABASE advlock_clients" -c "\\c advlock_clients" -c "CREATE EXTENSION advlock" >/dev/null || status=1
-      (cd "$here/clients" && ADVLOCK_PGHOST=127.0.0.1 ADVLOCK_PGPORT=$port ADVLOCK_PGDATABASE=advlock_clients \
-        ADVLOCK_WORKDIR="$work" "$here/.venv/bin/python" -m pytest -q -p no:cacheprovider \
-        --junitxml="$work/clients.xml" . 2>&1 | tee "$work/clients.log")
-      rc=${PIPESTATUS[0]}
-      read -r passed failed < <("$here/.venv/bin/python" - "$work/clients.xml" <<'PY'
-import sys, xml.etree.ElementTree as ET
-try:
-    root = ET.parse(sys.argv[1]).getroot()
-except Exception:
-    print(0, 1); sys.exit()
-suites = [root] if root.tag == "testsuite" else list(root)
-t = sum(int(s.get("tests", 0)) for s in suites); f = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
-sk = sum(int(s.get("skipped", 0)) for s in suites)
-print(t - f - sk, f)
-PY
-)
-      echo "clients $passed $failed" >>"$summary"
-      [ "$rc" -eq 0 ] || status=1 ;;
+    clients|reliability)
+      run_pytest "$suite" ;;
     *) echo "pg_test: unknown suite $suite"; status=1 ;;
   esac
 done
