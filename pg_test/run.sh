@@ -44,7 +44,12 @@ run_regress_like() { # suite driver inputdir files...
     --load-extension=advlock "$@" >"$work/$suite.log" 2>&1
   local rc=$?
   cat "$work/$suite.log"
-  count_tap "$work/$suite.log" "$suite"
+  if [ $rc -ne 0 ] && ! grep -qE '^not ok [0-9]+' "$work/$suite.log"; then
+    echo "$suite 0 1" >>"$summary"   # the driver itself failed (e.g. a missing expected file)
+    echo "pg_test: $suite: driver failed"
+  else
+    count_tap "$work/$suite.log" "$suite"
+  fi
   if [ $rc -ne 0 ]; then
     status=1
     [ -f "$work/$suite/regression.diffs" ] && head -200 "$work/$suite/regression.diffs"

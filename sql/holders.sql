@@ -55,18 +55,25 @@ COMMENT ON VIEW @extschema@.advlock_holders IS
   'advlock: advisory locks in this database, holders and waiters, with their backends';
 
 -- The idle-holder rows: granted session locks on backends idle (outside any transaction)
--- for at least older_than (NULL: advlock.idle_threshold).
+-- for at least older_than (NULL: advlock.idle_threshold). plpgsql rather than SQL so the
+-- argument is validated even when no lock is held at all.
 CREATE FUNCTION @extschema@.advlock_idle_holders(older_than pg_catalog.interval DEFAULT NULL)
 RETURNS SETOF @extschema@.advlock_holders
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT h.*
-      FROM @extschema@.advlock_holders h
-     WHERE h.granted
-       AND h.backend_state OPERATOR(pg_catalog.=) 'idle'
-       AND h.idle_for OPERATOR(pg_catalog.>=) @extschema@.advlock_idle_threshold(older_than)
-     ORDER BY h.idle_for DESC, h.pid, h.key;
-END;
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    threshold interval := @extschema@.advlock_idle_threshold(older_than);
+BEGIN
+    RETURN QUERY
+        SELECT h.*
+          FROM @extschema@.advlock_holders h
+         WHERE h.granted
+           AND h.backend_state = 'idle'
+           AND h.idle_for >= threshold
+         ORDER BY h.idle_for DESC, h.pid, h.key;
+END
+$fn$;
 
 -- For monitoring: distinct backends holding advisory locks while idle past the threshold.
 CREATE FUNCTION @extschema@.advlock_leak_count(older_than pg_catalog.interval DEFAULT NULL)
@@ -95,6 +102,7 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'Pass how long a holder must have been idle, e.g. interval ''10 minutes''; there is no default on purpose.';
     END IF;
+    PERFORM @extschema@.advlock_idle_threshold(older_than);  -- rejects a negative interval
     IF dry_run IS NULL THEN
         RAISE EXCEPTION 'argument "dry_run" of advlock_terminate_idle_holders must not be null'
             USING ERRCODE = 'null_value_not_allowed',

@@ -43,7 +43,12 @@ pub fn null_argument(function: &str, argument: &str) -> ! {
         PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
         format!("argument \"{argument}\" of {function} must not be null"),
     )
-    .hint("A NULL key would lock nothing; pass a value for every argument.")
+    .hint(match argument {
+        "key" | "ns" | "id" => "A NULL key would lock nothing: pass a value for every part of the key.",
+        "timeout_ms" => "Use 0 for a pure try (no wait) or a positive number of milliseconds to wait at most.",
+        "scope" | "mode" => "Omit the argument to use its default, or pass one of the allowed values.",
+        _ => "Pass a value for this argument.",
+    })
     .raise()
 }
 
