@@ -44,17 +44,22 @@ pub fn null_argument(function: &str, argument: &str) -> ! {
         format!("argument \"{argument}\" of {function} must not be null"),
     )
     .hint(match argument {
-        "key" | "ns" | "id" => "A NULL key would lock nothing: pass a value for every part of the key.",
-        "timeout_ms" => "Use 0 for a pure try (no wait) or a positive number of milliseconds to wait at most.",
-        "scope" | "mode" => "Omit the argument to use its default, or pass one of the allowed values.",
+        "key" | "ns" | "id" => {
+            "A NULL key would lock nothing: pass a value for every part of the key."
+        }
+        "timeout_ms" => {
+            "Use 0 for a pure try (no wait) or a positive number of milliseconds to wait at most."
+        }
+        "scope" | "mode" => {
+            "Omit the argument to use its default, or pass one of the allowed values."
+        }
         _ => "Pass a value for this argument.",
     })
     .raise()
 }
 
 /// 22023 for a value outside the accepted set.
-pub fn invalid_argument(argument: &str, message: impl Into<String>, hint: impl Into<String>) -> ! {
-    let _ = argument;
+pub fn invalid_argument(message: impl Into<String>, hint: impl Into<String>) -> ! {
     Report::new(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, message)
         .hint(hint)
         .raise()

@@ -42,7 +42,6 @@ pub fn namespace<'a>(ns: Option<ServerText<'a>>, function: &str) -> ServerText<'
     let ns = required(ns, function, "ns");
     if ns.as_bytes().is_empty() {
         invalid_argument(
-            "ns",
             format!("argument \"ns\" of {function} must not be empty"),
             "Name the feature the lock belongs to, e.g. advlock_key('billing', 42): \
              the namespace keeps features from colliding.",

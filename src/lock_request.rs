@@ -23,7 +23,6 @@ impl Scope {
             b"xact" => Scope::Xact,
             b"session" => Scope::Session,
             other => invalid_argument(
-                "scope",
                 format!("invalid value for argument \"scope\" of {function}: \"{}\"", String::from_utf8_lossy(other)),
                 "Allowed values are 'xact' (released at commit or rollback) and 'session' (held until advlock_unlock or disconnect).",
             ),
@@ -37,7 +36,6 @@ impl Mode {
             b"exclusive" => Mode::Exclusive,
             b"shared" => Mode::Shared,
             other => invalid_argument(
-                "mode",
                 format!(
                     "invalid value for argument \"mode\" of {function}: \"{}\"",
                     String::from_utf8_lossy(other)
@@ -118,7 +116,6 @@ pub fn timeout(value: Option<i32>, function: &str) -> i32 {
     let ms = required(value, function, "timeout_ms");
     if ms < 0 {
         invalid_argument(
-            "timeout_ms",
             format!("argument \"timeout_ms\" of {function} must not be negative: {ms}"),
             "Use 0 for a pure try (no wait) or a positive number of milliseconds to wait at most.",
         );
