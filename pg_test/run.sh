@@ -39,6 +39,8 @@ run_regress_like() { # suite driver inputdir files...
   local suite=$1 driver=$2 input=$3; shift 3
   [ $# -gt 0 ] || { echo "pg_test: $suite: no tests"; return 0; }
   mkdir -p "$work/$suite"; chown postgres "$work/$suite"
+  # The drivers run as postgres, which may not be able to read the checkout (e.g. under /root).
+  cp -r "$input" "$work/$suite-input"; chown -R postgres "$work/$suite-input"; input="$work/$suite-input"
   as_postgres "$driver" --bindir="$PGBIN" --host="$work" --port="$port" --user=postgres \
     --inputdir="$input" --outputdir="$work/$suite" --dbname="advlock_$suite" \
     --load-extension=advlock "$@" >"$work/$suite.log" 2>&1
