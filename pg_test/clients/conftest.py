@@ -13,6 +13,24 @@ import pytest
 import pgsupport
 from pgsupport import psy
 
+MEASUREMENTS = []
+
+
+@pytest.fixture
+def measure(request):
+    """measure(label, value): a number observed on this machine, printed after the run."""
+    def record(label, value):
+        MEASUREMENTS.append((request.node.name, label, value))
+    return record
+
+
+def pytest_terminal_summary(terminalreporter):
+    if MEASUREMENTS:
+        terminalreporter.section("advlock client measurements")
+        for test, label, value in MEASUREMENTS:
+            terminalreporter.write_line(f"{test}: {label} = {value}")
+
+
 BOUNCER_PORT = int(os.environ.get("ADVLOCK_PGBOUNCER_PORT", "6422"))
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
