@@ -1,6 +1,7 @@
 """Scenarios 1 and 2 through real drivers (asyncpg and psycopg 3): a race for one key, and
 bounded waits (timing, lock_timeout left alone, the lock_not_available error and its DETAIL)."""
 import asyncio
+import re
 import threading
 import time
 
@@ -66,7 +67,7 @@ def test_race_for_account_42_psycopg_threads():
 
 # --- Scenario 2: bounded wait -----------------------------------------------------------------
 
-def test_bounded_wait_psycopg(admin):
+def test_bounded_wait_psycopg(admin, measure):
     key = key_for("bounded-wait-psycopg")
     with psy("advlock-test/bounded/holder") as holder, psy("advlock-test/bounded/waiter") as waiter:
         holder_pid = holder.info.backend_pid
@@ -83,6 +84,8 @@ def test_bounded_wait_psycopg(admin):
                 elapsed = time.monotonic() - started
                 assert got is False
                 assert 0.200 <= elapsed < 5, elapsed
+                measure(f"try_with_timeout(k, 200) returned false after (s), lock_timeout={before}",
+                        round(elapsed, 4))
                 assert waiter.execute("SHOW lock_timeout").fetchone()[0] == before  # inside the xact
                 # A SET LOCAL value survives the call too.
                 waiter.execute("SET LOCAL lock_timeout = '3s'")
@@ -96,6 +99,9 @@ def test_bounded_wait_psycopg(admin):
                 waiter.execute("SELECT advlock_lock_with_timeout(%s, 200)", (key,))
         diag = excinfo.value.diag
         assert diag.sqlstate == "55P03"
+        measure("lock_with_timeout error (psycopg)", f"{diag.message_primary} DETAIL: {diag.message_detail}")
+        waited = int(re.search(r"\(waited (\d+) ms\)", diag.message_primary).group(1))
+        assert 200 <= waited < 5000
         assert f"PID {holder_pid} (application_name 'advlock-test/bounded/holder'" in diag.message_detail
         assert waiter.execute("SHOW lock_timeout").fetchone()[0] == "7s"
 
@@ -119,9 +125,10 @@ def test_bounded_wait_psycopg(admin):
         t.join(10)
         assert result["got"] is True
         assert result["at"] - released < 2
+        measure("queued waiter got the lock after advlock_unlock (s)", round(result["at"] - released, 4))
 
 
-def test_bounded_wait_asyncpg():
+def test_bounded_wait_asyncpg(measure):
     key = key_for("bounded-wait-asyncpg")
 
     async def main():
@@ -137,6 +144,7 @@ def test_bounded_wait_asyncpg():
                 elapsed = time.monotonic() - started
                 assert got is False
                 assert 0.200 <= elapsed < 5, elapsed
+                measure("asyncpg try_with_timeout(k, 200) returned false after (s)", round(elapsed, 4))
                 assert await waiter.fetchval("SHOW lock_timeout") == "9s"
 
             with pytest.raises(asyncpg.exceptions.LockNotAvailableError) as excinfo:
@@ -144,6 +152,7 @@ def test_bounded_wait_asyncpg():
                     await waiter.execute(f"SELECT advlock_lock_with_timeout({key}::bigint, 200)")
             err = excinfo.value
             assert err.sqlstate == "55P03"
+            measure("lock_with_timeout error (asyncpg)", f"{type(err).__name__}: {err.message} DETAIL: {err.detail}")
             assert f"within 200 ms" in err.message
             assert f"PID {holder_pid} (application_name 'advlock-test/bounded/asyncpg-holder'" in err.detail
             assert await waiter.fetchval("SHOW lock_timeout") == "9s"

@@ -4,12 +4,15 @@ Transaction-scoped advlock locks serialise correctly through it. A session-scope
 through it stays on whichever server connection ran the statement: the client can neither
 rely on it nor release it reliably, and advlock_holders flags that server connection as an
 idle holder."""
+import asyncio
 import threading
 import time
 
+import asyncpg
 import psycopg
 import pytest
 
+import pgsupport
 from pgsupport import holders_of, key_for, psy, wait_until
 
 CLIENTS = 8
@@ -150,3 +153,30 @@ def test_session_lock_leaks_onto_pgbouncer_server_connection(pgbouncer, admin, m
             return False
 
     wait_until(bouncer_works, timeout=10, interval=0.1, what="PgBouncer to serve again")
+
+
+def test_asyncpg_xact_locks_through_pgbouncer(pgbouncer, counter_table):
+    """asyncpg through transaction pooling: statement_cache_size=0, everything inside explicit
+    transactions (each unnamed statement then stays on one server connection)."""
+    key = key_for("bouncer-counter-asyncpg")
+    clients, iterations = 4, 25
+
+    async def client(i):
+        conn = await asyncpg.connect(host="127.0.0.1", port=pgbouncer.port, user="postgres",
+                                     database=pgsupport.DATABASE, statement_cache_size=0, timeout=10,
+                                     server_settings={"application_name": f"advlock-test/bouncer/asyncpg-{i}"})
+        try:
+            for _ in range(iterations):
+                async with conn.transaction():
+                    assert await conn.fetchval("SELECT advlock_try_with_timeout($1::bigint, 5000)", key) is True
+                    v = await conn.fetchval("SELECT v FROM advlock_test_counter WHERE id = 1")
+                    await conn.execute("UPDATE advlock_test_counter SET v = $1 WHERE id = 1", v + 1)
+        finally:
+            await conn.close()
+
+    async def main():
+        await asyncio.wait_for(asyncio.gather(*(client(i) for i in range(clients))), 60)
+
+    asyncio.run(main())
+    with psy("advlock-test/bouncer/check") as conn:
+        assert conn.execute("SELECT v FROM advlock_test_counter WHERE id = 1").fetchone()[0] == clients * iterations
