@@ -63,8 +63,10 @@ def test_psycopg_pool_keeps_session_lock_until_terminated(admin, measure):
             rows = holders_of(admin, key)
             assert len(rows) == 1 and rows[0]["pid"] == pid and rows[0]["granted"], rows
             row = rows[0]
-            # is_idle_holder is exactly "idle for at least the threshold".
-            assert row["is_idle_holder"] == (row["idle_for"].total_seconds() >= 0.2), row
+            # is_idle_holder means "idle for at least the threshold" (the view reads the clock
+            # separately for idle_for and is_idle_holder, so allow a few milliseconds).
+            idle = row["idle_for"].total_seconds()
+            assert (idle >= 0.19) if row["is_idle_holder"] else (idle < 0.21), row
             return row if row["is_idle_holder"] else None
 
         row = wait_until(flagged, timeout=5, interval=0.02, what="the pooled connection to be flagged")
