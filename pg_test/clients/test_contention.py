@@ -162,3 +162,37 @@ def test_bounded_wait_asyncpg(measure):
             await waiter.close()
 
     asyncio.run(main())
+
+
+# --- Autocommit: an xact-scoped lock lasts one statement, and the drivers show the WARNING -------
+
+def test_xact_scope_in_autocommit_warns_in_both_drivers(admin):
+    key = key_for("autocommit-warning")
+    notices = []
+    with psy("advlock-test/autocommit/psycopg") as conn:
+        conn.add_notice_handler(lambda d: notices.append((d.severity_nonlocalized, d.message_primary, d.message_hint)))
+        assert conn.execute("SELECT advlock_try_with_timeout(%s, 0)", (key,)).fetchone()[0] is True
+        assert admin.execute("SELECT count(*) FROM advlock_holders WHERE key = %s", (key,)).fetchone()[0] == 0
+        # Inside a transaction block there is nothing to warn about.
+        with conn.transaction():
+            conn.execute("SELECT advlock_try_with_timeout(%s, 0)", (key,))
+    assert len(notices) == 1, notices
+    severity, message, hint = notices[0]
+    assert severity == "WARNING"
+    assert "scope 'xact' outside a transaction block" in message
+    assert "scope => 'session'" in hint
+
+    async def with_asyncpg():
+        conn = await apg("advlock-test/autocommit/asyncpg")
+        messages = []
+        conn.add_log_listener(lambda c, m: messages.append((m.severity_en, m.message)))
+        try:
+            assert await conn.fetchval("SELECT advlock_try_with_timeout($1::bigint, 0)", key) is True
+            await conn.fetchval("SELECT 1")  # log messages are delivered asynchronously
+            return messages
+        finally:
+            await conn.close()
+
+    messages = asyncio.run(with_asyncpg())
+    assert [m[0] for m in messages] == ["WARNING"], messages
+    assert "outside a transaction block" in messages[0][1]

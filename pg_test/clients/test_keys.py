@@ -1,14 +1,16 @@
 """Scenario 8: keys computed client side from the published spec (advlock_key.py) are the
 server's keys, so a client may lock with the built-in pg_advisory_xact_lock(key) and advlock
 sees it, and the other way round."""
+import asyncio
 import json
 import os
 import random
 
+import asyncpg
 import pytest
 
 from advlock_key import advlock_key, siphash24
-from pgsupport import psy
+from pgsupport import apg, psy
 
 VECTORS = os.path.join(os.path.dirname(__file__), "..", "vectors", "advlock_key_v1.json")
 
@@ -116,3 +118,32 @@ def test_builtin_lock_on_client_key_is_seen_by_advlock():
         other.commit()
         assert holder.execute("SELECT pg_try_advisory_xact_lock(%s)", (key,)).fetchone()[0] is True
         holder.commit()
+
+
+def test_driver_parameter_binding_gives_the_same_key():
+    """Integer ids hash as their decimal text, so whichever overload a driver's parameter
+    binding picks, the key is the same. asyncpg types an untyped $n from the function's
+    argument: with the (text, text) overload preferred for unknowns, a Python int there is
+    refused client side; cast it ($1::bigint) or pass str."""
+    want = advlock_key("account", 42)
+
+    async def with_asyncpg():
+        conn = await apg("advlock-test/keys/asyncpg-binding")
+        try:
+            got = {
+                await conn.fetchval("SELECT advlock_key('account', $1::bigint)", 42),
+                await conn.fetchval("SELECT advlock_key('account', $1)", "42"),
+                await conn.fetchval("SELECT advlock_key($1, $2::int8)", "account", 42),
+            }
+            with pytest.raises(asyncpg.exceptions.DataError):
+                await conn.fetchval("SELECT advlock_key('account', $1)", 42)
+            return got
+        finally:
+            await conn.close()
+
+    assert asyncio.run(with_asyncpg()) == {want}
+    with psy("advlock-test/keys/psycopg-binding") as conn:
+        got = {conn.execute("SELECT advlock_key(%s, %s)", ("account", 42)).fetchone()[0],
+               conn.execute("SELECT advlock_key(%s, %s)", ("account", "42")).fetchone()[0],
+               conn.execute("SELECT advlock_key('account', %s)", (42,)).fetchone()[0]}
+        assert got == {want}
