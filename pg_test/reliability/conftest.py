@@ -1,0 +1,85 @@
+"""Fixtures for the reliability suite (faults, load, hot standby, bad input, security).
+
+Tests marked `crash` (a SIGKILLed backend makes the postmaster restart and drops every
+connection) always run last, whatever the file order.
+"""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from relsupport import HERE, advisory_rows, advlock_key, connect
+
+HUGE_ID_BYTES = 100 * 1024 * 1024
+_huge_reference = {}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "crash: kills a backend with SIGKILL (postmaster restart); runs last")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items.sort(key=lambda item: item.get_closest_marker("crash") is not None)
+
+
+def pytest_sessionstart(session):
+    # The pure-Python reference key of a 100 MB id takes ~40 s of one core: start it now, at
+    # low priority, so it overlaps the rest of the suite (test_bad_input collects it).
+    script = (
+        "import os, sys; os.nice(19); sys.path.insert(0, sys.argv[1]);"
+        "from advlock_key import advlock_key;"
+        "print(advlock_key('huge', 'x' * int(sys.argv[2])))")
+    _huge_reference["proc"] = subprocess.Popen(
+        [sys.executable, "-c", script, str(HERE.parent / "clients"), str(HUGE_ID_BYTES)],
+        stdout=subprocess.PIPE, text=True)
+    _huge_reference["started"] = time.monotonic()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    proc = _huge_reference.get("proc")
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def huge_id_reference():
+    """advlock_key('huge', 'x' * 100 MiB) per the pure-Python reference (computed in background)."""
+    proc = _huge_reference["proc"]
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0
+    return HUGE_ID_BYTES, int(out)
+
+
+@pytest.fixture
+def admin():
+    conn = connect("rel-admin")
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def key(request):
+    """A key of this test's own, so tests never share locks by accident."""
+    return advlock_key("reliability", request.node.nodeid)
+
+
+@pytest.fixture(autouse=True)
+def no_advisory_locks_left(request):
+    """After every test: no advisory lock (held or awaited) remains in the test database.
+    Backends of connections closed abruptly take a moment to exit: poll with a deadline."""
+    yield
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with connect("rel-leakcheck") as conn:
+                rows = advisory_rows(conn)
+        except Exception:  # e.g. the crash test's restart still under way
+            rows = ["(could not connect)"]
+        if not rows:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"advisory locks left behind by {request.node.nodeid}: {rows}")
+        time.sleep(0.05)
