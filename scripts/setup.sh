@@ -67,10 +67,14 @@ if ! grep -qs "pg17 = \"$PG_CONFIG\"" "$HOME/.pgrx/config.toml"; then
 fi
 
 # The real-driver suites (pg_test/clients) run in their own virtual environment.
+# Rebuilt whenever requirements.txt changes (its hash is stamped into the venv).
 venv="$repo/pg_test/.venv"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import asyncpg, psycopg, psycopg_pool' 2>/dev/null; then
-  log "creating Python venv with asyncpg, psycopg 3, psycopg_pool"
+req="$repo/pg_test/clients/requirements.txt"
+stamp=$(sha256sum "$req" | cut -d' ' -f1)
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$stamp" ]; then
+  log "creating Python venv from pg_test/clients/requirements.txt"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$repo/pg_test/clients/requirements.txt"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  echo "$stamp" >"$venv/.requirements.sha256"
 fi
 log "ready: PostgreSQL $("$PG_CONFIG" --version | awk '{print $2}'), $(cargo pgrx --version)"

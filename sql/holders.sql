@@ -33,20 +33,23 @@ SELECT
     a.xact_start,
     a.query_start,
     a.query,
-    CASE WHEN a.state OPERATOR(pg_catalog.~~) 'idle%'
-         THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) a.state_change END    AS idle_for,
+    i.idle_for,
     -- The leak signal: granted, outside any transaction (so necessarily a session lock),
     -- idle for at least advlock.idle_threshold.
     COALESCE(l.granted
              AND a.state OPERATOR(pg_catalog.=) 'idle'
-             AND pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) a.state_change
-                 OPERATOR(pg_catalog.>=) @extschema@.advlock_idle_threshold(), false)   AS is_idle_holder,
+             AND i.idle_for OPERATOR(pg_catalog.>=) @extschema@.advlock_idle_threshold(), false) AS is_idle_holder,
     l.waitstart                                                                         AS waiting_since,
     -- pg_blocking_pids takes every lock-partition lock: only call it for waiters.
     CASE WHEN NOT l.granted THEN pg_catalog.pg_blocking_pids(l.pid) END                 AS blocked_by,
     NULL::pg_catalog.text                                                               AS label
 FROM pg_catalog.pg_locks l
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
+-- idle_for is computed once per row so is_idle_holder and idle_for never disagree.
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN a.state OPERATOR(pg_catalog.~~) 'idle%'
+                THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) a.state_change END AS idle_for
+) i
 WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
   AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
