@@ -2,7 +2,8 @@
 # advlock's test command: installs what is missing (scripts/setup.sh), then runs every suite
 #   1. cargo pgrx test pg17          in-database #[pg_test]s and Rust unit tests
 #   2. pg_test/run.sh                pg_regress, pg_isolation_regress, real clients + PgBouncer
-#   3. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
+#   3. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
+#   4. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
 # and prints one closing line: "advlock: N passed, M failed". Exits non-zero on any failure.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -44,6 +45,13 @@ if cargo pgrx install --pg-config "$PG_CONFIG" >"$log" 2>&1; then
 else
   tail -30 "$log"; echo "install 0 1" >>"$summary"; status=1
 fi
+
+section "client key snippets (docs/keys) against the vectors"
+keylog=$(mktemp /tmp/advlock-keys.XXXXXX.log)
+bash "$repo/docs/keys/verify/run.sh" 2>&1 | tee "$keylog"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+sed -n 's/^keys: \([0-9]*\) passed, \([0-9]*\) failed$/keys \1 \2/p' "$keylog" >>"$summary"
+grep -q '^keys: ' "$keylog" || echo "keys 0 1" >>"$summary"
 
 if [ -x "$repo/bench/run.sh" ]; then
   section "benchmark harness (--quick)"

@@ -15,77 +15,88 @@ mod tests {
 
     #[pg_test]
     fn try_takes_an_xact_lock_with_the_builtin_tag() {
-        assert!(one_bool("SELECT advlock_try_with_timeout(-42, 0)"));
-        assert_eq!(my_locks(-42), 1);
+        assert!(one_bool("SELECT advlock_try_with_timeout(-4201, 0)"));
+        assert_eq!(my_locks(-4201), 1);
         // The built-in sees the same lock: unlocking at session level finds no session lock,
         // while pg_try_advisory_xact_lock re-enters it.
-        assert!(one_bool("SELECT pg_try_advisory_xact_lock(-42)"));
-        assert_eq!(my_locks(-42), 1, "same tag, same pg_locks entry");
+        assert!(one_bool("SELECT pg_try_advisory_xact_lock(-4201)"));
+        assert_eq!(my_locks(-4201), 1, "same tag, same pg_locks entry");
     }
 
     #[pg_test]
     fn ns_id_forms_lock_advlock_key() {
         assert!(one_bool(
-            "SELECT advlock_try_with_timeout('account', 42, 0)"
+            "SELECT advlock_try_with_timeout('t-forms', 42, 0)"
         ));
-        assert_eq!(my_locks(7700915891107303510), 1);
+        assert_eq!(my_locks(one_i64("SELECT advlock_key('t-forms', 42)")), 1);
         assert!(one_bool(
-            "SELECT advlock_try_with_timeout('rollup', 'nightly', timeout_ms => 100)"
+            "SELECT advlock_try_with_timeout('t-forms', 'nightly', timeout_ms => 100)"
         ));
-        assert_eq!(my_locks(2132624222628149741), 1);
+        assert_eq!(
+            my_locks(one_i64("SELECT advlock_key('t-forms', 'nightly')")),
+            1
+        );
     }
 
     #[pg_test]
     fn session_scope_and_unlock_count_like_the_builtins() {
-        assert!(one_bool("SELECT advlock_try_with_timeout('rollup', 'nightly', timeout_ms => 2000, scope => 'session')"));
+        assert!(one_bool("SELECT advlock_try_with_timeout('t-session', 'nightly', timeout_ms => 2000, scope => 'session')"));
         assert!(one_bool(
-            "SELECT advlock_try_with_timeout('rollup', 'nightly', 0, 'session')"
+            "SELECT advlock_try_with_timeout('t-session', 'nightly', 0, 'session')"
         ));
         // Two holds, two releases; the third finds nothing (with the built-in's WARNING).
-        assert!(one_bool("SELECT advlock_unlock('rollup', 'nightly')"));
-        assert_eq!(my_locks(2132624222628149741), 1);
-        assert!(one_bool("SELECT advlock_unlock(2132624222628149741)"));
-        assert_eq!(my_locks(2132624222628149741), 0);
-        assert!(!one_bool("SELECT advlock_unlock('rollup', 'nightly')"));
+        assert!(one_bool("SELECT advlock_unlock('t-session', 'nightly')"));
+        assert_eq!(
+            my_locks(one_i64("SELECT advlock_key('t-session', 'nightly')")),
+            1
+        );
+        assert!(one_bool(
+            "SELECT advlock_unlock(advlock_key('t-session', 'nightly'))"
+        ));
+        assert_eq!(
+            my_locks(one_i64("SELECT advlock_key('t-session', 'nightly')")),
+            0
+        );
+        assert!(!one_bool("SELECT advlock_unlock('t-session', 'nightly')"));
         // Interop: a session lock taken by the built-in is released by advlock_unlock.
-        Spi::run("SELECT pg_advisory_lock(advlock_key('account', 7))").unwrap();
-        assert!(one_bool("SELECT advlock_unlock('account', 7)"));
-        assert_eq!(my_locks(one_i64("SELECT advlock_key('account', 7)")), 0);
+        Spi::run("SELECT pg_advisory_lock(advlock_key('t-session', 7))").unwrap();
+        assert!(one_bool("SELECT advlock_unlock('t-session', 7)"));
+        assert_eq!(my_locks(one_i64("SELECT advlock_key('t-session', 7)")), 0);
     }
 
     #[pg_test]
     fn shared_mode_is_share_lock() {
         assert!(one_bool(
-            "SELECT advlock_try_with_timeout(7, 0, 'session', 'shared')"
+            "SELECT advlock_try_with_timeout(7007, 0, 'session', 'shared')"
         ));
         assert!(one_bool(
-            "SELECT advlock_try_with_timeout(7, 0, mode => 'shared', scope => 'session')"
+            "SELECT advlock_try_with_timeout(7007, 0, mode => 'shared', scope => 'session')"
         ));
         assert_eq!(
-            one_text("SELECT string_agg(mode, ',') FROM pg_locks WHERE locktype = 'advisory' AND objid = 7 AND pid = pg_backend_pid()"),
+            one_text("SELECT string_agg(mode, ',') FROM pg_locks WHERE locktype = 'advisory' AND objid = 7007 AND pid = pg_backend_pid()"),
             "ShareLock"
         );
         assert!(
-            !one_bool("SELECT advlock_unlock(7)"),
+            !one_bool("SELECT advlock_unlock(7007)"),
             "no exclusive session lock is held"
         );
-        assert!(one_bool("SELECT advlock_unlock(7, 'shared')"));
-        assert!(one_bool("SELECT advlock_unlock(7, mode => 'shared')"));
-        assert_eq!(my_locks(7), 0);
+        assert!(one_bool("SELECT advlock_unlock(7007, 'shared')"));
+        assert!(one_bool("SELECT advlock_unlock(7007, mode => 'shared')"));
+        assert_eq!(my_locks(7007), 0);
     }
 
     #[pg_test]
     fn lock_with_timeout_returns_void_when_acquired() {
-        Spi::run("SELECT advlock_lock_with_timeout('account', '42', 100)").unwrap();
-        Spi::run("SELECT advlock_lock_with_timeout(99, 0, scope => 'session')").unwrap();
-        assert_eq!(my_locks(99), 1);
-        assert!(one_bool("SELECT advlock_unlock(99)"));
+        Spi::run("SELECT advlock_lock_with_timeout('t-void', '42', 100)").unwrap();
+        Spi::run("SELECT advlock_lock_with_timeout(9909, 0, scope => 'session')").unwrap();
+        assert_eq!(my_locks(9909), 1);
+        assert!(one_bool("SELECT advlock_unlock(9909)"));
     }
 
     #[pg_test]
     fn lock_timeout_untouched_on_the_fast_path() {
         Spi::run("SET LOCAL lock_timeout = '1234ms'").unwrap();
-        assert!(one_bool("SELECT advlock_try_with_timeout(5, 5000)"));
+        assert!(one_bool("SELECT advlock_try_with_timeout(5005, 5000)"));
         assert_eq!(one_text("SHOW lock_timeout"), "1234ms");
     }
 
@@ -114,7 +125,7 @@ mod tests {
         }
         // Nothing was locked by any of the failed calls.
         assert_eq!(
-            one_i64("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"),
+            one_i64("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"),
             0
         );
     }
