@@ -1,0 +1,128 @@
+"""Case 2: uncontended acquire/release throughput with pgbench, advlock vs built-in idioms."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+from . import svg
+from .common import Ctx, HarnessError, fmt_ratio, log, md_table, median, target
+
+KEY = r"\set k random(1, 1000000000000000)"  # distinct keys per client: collisions ~ never
+PATTERNS = {
+    "advlock xact": ("BEGIN;", "SELECT advlock_try_with_timeout(:k, 200);", "COMMIT;"),
+    "built-in try xact": ("BEGIN;", "SELECT pg_try_advisory_xact_lock(:k);", "COMMIT;"),
+    "client xact (SET LOCAL lock_timeout)": (
+        "BEGIN;", "SET LOCAL lock_timeout = '200ms';", "SELECT pg_advisory_xact_lock(:k);", "COMMIT;"),
+    "advlock session": (
+        "SELECT advlock_try_with_timeout(:k, 200, scope => 'session');", "SELECT advlock_unlock(:k);"),
+    "client session (SET lock_timeout)": (
+        "SET lock_timeout = '200ms';", "SELECT pg_advisory_lock(:k);", "RESET lock_timeout;",
+        "SELECT pg_advisory_unlock(:k);"),
+}
+SHORT = {  # file names / chart labels
+    "advlock xact": "advlock_xact",
+    "built-in try xact": "builtin_try_xact",
+    "client xact (SET LOCAL lock_timeout)": "client_xact",
+    "advlock session": "advlock_session",
+    "client session (SET lock_timeout)": "client_session",
+}
+
+
+def pgbench(ctx: Ctx, script: str, clients: int, seconds: int, protocol: str) -> float:
+    jobs = max(1, min(clients, os.cpu_count() or 1))
+    cmd = [f"{ctx.pgbin}/pgbench", "-n", "-h", "127.0.0.1", "-p", str(ctx.port), "-U", "postgres",
+           "-M", protocol, "-c", str(clients), "-j", str(jobs), "-T", str(seconds), "-f", script, ctx.dbname]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    if p.returncode != 0:
+        raise HarnessError(f"pgbench failed ({' '.join(cmd)}):\n{p.stderr[-2000:]}")
+    m = re.search(r"^tps = ([0-9.]+) \(without initial connection time\)", p.stdout, re.M)
+    failed = re.search(r"^number of failed transactions: (\d+)", p.stdout, re.M)
+    if not m:
+        raise HarnessError(f"pgbench output without tps:\n{p.stdout[-2000:]}")
+    if failed and int(failed.group(1)) != 0:
+        raise HarnessError(f"pgbench reported failed transactions:\n{p.stdout[-2000:]}")
+    return float(m.group(1))
+
+
+def run(ctx: Ctx) -> dict:
+    clients_list = ctx.size([1, 8, 32], [1, 4])
+    protocols = ["simple", "prepared"]
+    seconds = ctx.size(4, 1)
+    reps = ctx.size(3, 1)
+    scripts = {}
+    for name, stmts in PATTERNS.items():
+        path = f"{ctx.work}/{SHORT[name]}.pgbench"
+        with open(path, "w") as f:
+            f.write(KEY + "\n" + "\n".join(stmts) + "\n")
+        scripts[name] = path
+    # Warm-up (library load in the first backends, catalog caches); not recorded.
+    for name in PATTERNS:
+        pgbench(ctx, scripts[name], 1, 1, "prepared")
+    names = list(PATTERNS)
+    tps: dict[str, dict[str, dict[str, list[float]]]] = {
+        p: {str(c): {n: [] for n in names} for c in clients_list} for p in protocols}
+    for rep in range(reps):
+        for clients in clients_list:
+            for proto in protocols:
+                k = (rep + clients) % len(names)
+                for name in names[k:] + names[:k]:  # rotate the order every round
+                    tps[proto][str(clients)][name].append(pgbench(ctx, scripts[name], clients, seconds, proto))
+            log(f"case 2: rep {rep + 1}/{reps} clients {clients}: " + ", ".join(
+                f"{SHORT[n]}={tps['prepared'][str(clients)][n][-1]:.0f}" for n in names))
+    return {"clients": clients_list, "protocols": protocols, "seconds": seconds, "reps": reps,
+            "tps": tps, "scripts": {n: KEY + "\n" + "\n".join(s) for n, s in PATTERNS.items()}}
+
+
+def render(res: dict, ctx: Ctx) -> tuple[str, list[dict]]:
+    names = list(PATTERNS)
+    clients_list = res["clients"]
+    md_parts = [f"""pgbench (`-n -T {res['seconds']} -j min(clients, cores)`), TCP over 127.0.0.1, both the **simple** and the
+**prepared** (`-M prepared`) protocol; every pattern runs in the same round with the order rotated, {res['reps']}
+round(s), median tps reported. One pgbench transaction = one acquire + release cycle. Keys are random in
+[1, 10^15], so clients never contend. pgbench and the server share the machine's cores.
+
+Scripts (each starts with `{KEY}`):
+
+{md_table(["pattern", "statements"], [[n, "<br>".join(f"`{s}`" for s in PATTERNS[n])] for n in names])}
+"""]
+    targets = []
+    checks = [
+        ("advlock xact", "built-in try xact", 0.9, "advlock xact ≥ 0.9× built-in pg_try_advisory_xact_lock"),
+        ("advlock xact", "client xact (SET LOCAL lock_timeout)", 1.25,
+         "advlock xact ≥ 1.25× client xact pattern (SET LOCAL lock_timeout + pg_advisory_xact_lock)"),
+        ("advlock session", "client session (SET lock_timeout)", 1.8,
+         "advlock session ≥ 1.8× client session pattern (SET/RESET lock_timeout + lock/unlock)"),
+    ]
+    per_target: dict[str, list[tuple[str, float]]] = {c[3]: [] for c in checks}
+    for proto in res["protocols"]:
+        rows = []
+        for clients in clients_list:
+            t = res["tps"][proto][str(clients)]
+            med = {n: median(t[n]) for n in names}
+            ratios = []
+            for a, b, thr, text in checks:
+                r = med[a] / med[b]
+                per_target[text].append((f"{proto}, {clients} client{'s' if clients > 1 else ''}", r))
+                ratios.append(fmt_ratio(r) + (" ✓" if r >= thr else " ✗"))
+            rows.append([str(clients)] + [f"{med[n]:,.0f}" for n in names] + ratios)
+        md_parts.append(f"**{proto} protocol** — median tps\n\n" + md_table(
+            ["clients"] + names + ["adv xact ÷ built-in try (≥0.9)", "adv xact ÷ client xact (≥1.25)",
+                                   "adv session ÷ client session (≥1.8)"], rows))
+        series = [(n, [median(res["tps"][proto][str(c)][n]) for c in clients_list]) for n in names]
+        spread = [[(min(res["tps"][proto][str(c)][n]), max(res["tps"][proto][str(c)][n])) for c in clients_list]
+                  for n in names]
+        svg.grouped_bars(f"{ctx.out}/acquire_{proto}.svg",
+                         f"Uncontended acquire + release, {proto} protocol (median tps, whiskers min–max)",
+                         [f"{c} client{'s' if c > 1 else ''}" for c in clients_list], series,
+                         "lock cycles per second (tps)", "pgbench clients", spread=spread)
+        md_parts.append(f"![uncontended acquire, {proto} protocol](acquire_{proto}.svg)")
+    for a, b, thr, text in checks:
+        pts = per_target[text]
+        ok = all(r >= thr for _, r in pts)
+        worst = min(pts, key=lambda p: p[1])
+        measured = f"{fmt_ratio(min(r for _, r in pts))}–{fmt_ratio(max(r for _, r in pts))} over {len(pts)} points"
+        note = "all points pass" if ok else "misses at: " + ", ".join(
+            f"{where} ({fmt_ratio(r)})" for where, r in pts if r < thr)
+        targets.append(target("2", text, measured, ok, note))
+    return "\n\n".join(md_parts) + "\n", targets

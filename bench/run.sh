@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# advlock's benchmark harness. Runs every case against a temporary PostgreSQL 17 instance and
+# writes a markdown report with PASS/FAIL per target plus SVG charts.
+#
+#   bench/run.sh           full run (~10 min): release build installed first, report and charts
+#                          into bench/results/ (committed; the README links them)
+#   bench/run.sh --quick   tiny sizes (< 60 s) against whatever build is installed (the test
+#                          command installs a debug build just before); output into a scratch
+#                          directory; targets are reported, not enforced
+#
+# Options: --out DIR (report directory), --port N (default 5423), --no-install (full sizes, but
+# skip the release build/install), --cases 1,2,... (subset, for development).
+# Exit status: 0 when the harness ran end to end (even if targets FAIL), non-zero when the
+# harness itself broke (build, server, a case raising, report missing).
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+. "$repo/pg_test/instance.sh"
+export PATH="$HOME/.cargo/bin:$PATH"
+PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config
+
+quick=0 install=1 port=${ADVLOCK_BENCH_PORT:-5423} out="" cases=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) quick=1; install=0 ;;
+    --no-install) install=0 ;;
+    --port) port=$2; shift ;;
+    --out) out=$2; shift ;;
+    --cases) cases=$2; shift ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "bench: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+python=$repo/pg_test/.venv/bin/python
+if ! "$python" -c 'import psycopg' 2>/dev/null; then
+  echo "bench: $python with psycopg is missing; run scripts/setup.sh first" >&2
+  exit 1
+fi
+[ -x "$PGBIN/pgbench" ] || { echo "bench: $PGBIN/pgbench not found" >&2; exit 1; }
+
+if [ $quick = 1 ]; then
+  [ -n "$out" ] || out=$(mktemp -d /tmp/advlock-bench-quick.XXXXXX)
+  profile="as installed (quick mode does not build; the test command installs a debug build just before)"
+else
+  [ -n "$out" ] || out=$here/results
+  if [ $install = 1 ]; then
+    echo "bench: cargo pgrx install --release"
+    log=$(mktemp /tmp/advlock-bench-install.XXXXXX.log)
+    if ! (cd "$repo" && cargo pgrx install --release --pg-config "$PG_CONFIG") >"$log" 2>&1; then
+      tail -30 "$log"; echo "bench: release build/install failed" >&2; exit 1
+    fi
+    profile="release (cargo pgrx install --release, this run)"
+  else
+    profile="as installed (--no-install: not rebuilt by this run)"
+  fi
+fi
+mkdir -p "$out"
+
+work=$(mktemp -d /tmp/advlock-bench.XXXXXX)
+chmod 755 "$work"; chown postgres "$work" 2>/dev/null || true
+cleanup() { instance_stop "$work"; rm -rf "$work"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Sized for case 5 (up to 100k advisory + 100k relation locks held at once: the shared lock
+# table holds max_locks_per_transaction * (max_connections + workers) entries) and tuned for
+# repeatable timings: no JIT, no parallel query, no autovacuum, no WAL flushes.
+conf=(
+  'max_connections = 100'
+  'max_locks_per_transaction = 4096'
+  'shared_buffers = 256MB'
+  'jit = off'
+  'max_parallel_workers_per_gather = 0'
+  'autovacuum = off'
+  'synchronous_commit = off'
+  'log_min_messages = warning'
+  'log_lock_waits = off'
+)
+echo "bench: starting PostgreSQL 17 on 127.0.0.1:$port (data in $work/data)"
+instance_start "$work" "$port" "${conf[@]}" || { echo "bench: could not start PostgreSQL 17" >&2; exit 1; }
+as_postgres "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
+  -c "CREATE DATABASE bench" -c "\\c bench" -c "CREATE EXTENSION advlock" >/dev/null ||
+  { echo "bench: could not create the bench database / extension" >&2; exit 1; }
+
+args=(--port "$port" --dbname bench --out "$out" --work "$work" --pgbin "$PGBIN" --profile "$profile")
+[ $quick = 1 ] && args+=(--quick)
+[ -n "$cases" ] && args+=(--cases "$cases")
+(cd "$here" && "$python" -m harness.main "${args[@]}")
+rc=$?
+if [ $rc -ne 0 ]; then
+  echo "bench: harness failed (exit $rc); server log tail:" >&2
+  tail -20 "$work/postgres.log" >&2
+  exit $rc
+fi
+echo "bench: report in $out/REPORT.md"
