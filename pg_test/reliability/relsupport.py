@@ -33,11 +33,25 @@ __all__ = ["advlock_key", "HOST", "PORT", "DATABASE", "WORKDIR", "PGDATA", "PGBI
            "as_postgres", "Notices", "backend_alive"]
 
 
+class Notice:
+    """A copy of a notice's fields (psycopg's Diagnostic is only valid inside the handler)."""
+
+    def __init__(self, diag):
+        self.severity = diag.severity
+        self.sqlstate = diag.sqlstate
+        self.message_primary = diag.message_primary or ""
+        self.message_detail = diag.message_detail
+        self.message_hint = diag.message_hint
+
+    def __repr__(self):
+        return f"{self.severity}: {self.message_primary}"
+
+
 class Notices(list):
-    """Collects a connection's notices/warnings (psycopg Diagnostic objects)."""
+    """Collects a connection's notices and warnings (as Notice copies)."""
 
     def __call__(self, diag):
-        self.append(diag)
+        self.append(Notice(diag))
 
     def messages(self, severity=None):
         return [d.message_primary for d in self if severity is None or d.severity == severity]
