@@ -1,6 +1,7 @@
 """Fixtures for the reliability suite (faults, load, hot standby, bad input, security).
 
-Tests marked `crash` (a SIGKILLed backend makes the postmaster restart and drops every
+Tests marked `late` run after the others (e.g. to give a background computation time), and
+tests marked `crash` (a SIGKILLed backend makes the postmaster restart and drops every
 connection) always run last, whatever the file order.
 """
 import os
@@ -17,16 +18,22 @@ _huge_reference = {}
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "late: runs after the unmarked tests")
     config.addinivalue_line("markers", "crash: kills a backend with SIGKILL (postmaster restart); runs last")
 
 
 def pytest_collection_modifyitems(session, config, items):
-    items.sort(key=lambda item: item.get_closest_marker("crash") is not None)
+    def rank(item):
+        if item.get_closest_marker("crash"):
+            return 2
+        return 1 if item.get_closest_marker("late") else 0
+    items.sort(key=rank)  # stable: file order within each rank
 
 
 def pytest_sessionstart(session):
     # The pure-Python reference key of a 100 MB id takes ~40 s of one core: start it now, at
-    # low priority, so it overlaps the rest of the suite (test_bad_input collects it).
+    # low priority, so it overlaps the rest of the suite (test_bad_input.py::test_100mb_id, marked late,
+    # collects it).
     script = (
         "import os, sys; os.nice(19); sys.path.insert(0, sys.argv[1]);"
         "from advlock_key import advlock_key;"
