@@ -29,11 +29,13 @@ SHORT = {  # file names / chart labels
 }
 
 
-def pgbench(ctx: Ctx, script: str, clients: int, seconds: int, protocol: str) -> float:
+def pgbench(ctx: Ctx, script: str, clients: int, seconds: int, protocol: str, transactions: int = 0) -> float:
+    """tps of one pgbench run: -T seconds, or -t transactions per client when given."""
     jobs = max(1, min(clients, os.cpu_count() or 1))
+    length = ["-t", str(transactions)] if transactions else ["-T", str(seconds)]
     cmd = [f"{ctx.pgbin}/pgbench", "-n", "-h", "127.0.0.1", "-p", str(ctx.port), "-U", "postgres",
-           "-M", protocol, "-c", str(clients), "-j", str(jobs), "-T", str(seconds), "-f", script, ctx.dbname]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+           "-M", protocol, "-c", str(clients), "-j", str(jobs), *length, "-f", script, ctx.dbname]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
     if p.returncode != 0:
         raise HarnessError(f"pgbench failed ({' '.join(cmd)}):\n{p.stderr[-2000:]}")
     m = re.search(r"^tps = ([0-9.]+) \(without initial connection time\)", p.stdout, re.M)
@@ -48,8 +50,8 @@ def pgbench(ctx: Ctx, script: str, clients: int, seconds: int, protocol: str) ->
 def run(ctx: Ctx) -> dict:
     clients_list = ctx.size([1, 8, 32], [1, 4])
     protocols = ["simple", "prepared"]
-    seconds = ctx.size(4, 1)
-    reps = ctx.size(3, 1)
+    seconds = ctx.size(2, 1)
+    reps = ctx.size(5, 1)
     scripts = {}
     for name, stmts in PATTERNS.items():
         path = f"{ctx.work}/{SHORT[name]}.pgbench"
@@ -58,7 +60,7 @@ def run(ctx: Ctx) -> dict:
         scripts[name] = path
     # Warm-up (library load in the first backends, catalog caches); not recorded.
     for name in PATTERNS:
-        pgbench(ctx, scripts[name], 1, 1, "prepared")
+        pgbench(ctx, scripts[name], 1, 0, "prepared", transactions=300)
     names = list(PATTERNS)
     tps: dict[str, dict[str, dict[str, list[float]]]] = {
         p: {str(c): {n: [] for n in names} for c in clients_list} for p in protocols}
@@ -120,7 +122,6 @@ Scripts (each starts with `{KEY}`):
     for a, b, thr, text in checks:
         pts = per_target[text]
         ok = all(r >= thr for _, r in pts)
-        worst = min(pts, key=lambda p: p[1])
         measured = f"{fmt_ratio(min(r for _, r in pts))}–{fmt_ratio(max(r for _, r in pts))} over {len(pts)} points"
         note = "all points pass" if ok else "misses at: " + ", ".join(
             f"{where} ({fmt_ratio(r)})" for where, r in pts if r < thr)

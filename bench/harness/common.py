@@ -4,6 +4,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
+import shutil
+import signal
+import subprocess
 import statistics
 import threading
 import time
@@ -22,6 +26,7 @@ class Ctx:
     pgbin: str
     quick: bool
     profile: str
+    lib: str = ""
 
     @property
     def dsn(self) -> str:
@@ -141,3 +146,77 @@ _lock = threading.Lock()
 def log(msg: str) -> None:
     with _lock:
         print(f"bench: {msg}", flush=True)
+
+
+# --- perf profiles of a backend -------------------------------------------------------------
+
+SKIP_FRAMES = {"main", "PostmasterMain", "PostgresMain", "__libc_start_call_main", "postmaster_child_launch",
+               "PortalRun", "standard_ProcessUtility", "ProcessUtility", "DoCopy", "DoCopyTo",
+               "standard_ExecutorRun", "ExecutorRun", "exec_simple_query", "PortalRunUtility",
+               "PortalRunMulti", "PortalRunSelect", "BackendMain", "ServerLoop", "BackendStartup",
+               "__libc_start_main_impl", "_start", "__libc_start_main", "ExecProcNode", "ExecProcNodeFirst",
+               "exec_execute_message", "exec_bind_message"}
+
+
+def _perf_report(perf: str, data: str, children: bool, unnamed: bool = False) -> list[tuple[float, float, str]]:
+    """(inclusive %, self %, "dso: symbol") rows of `perf report`; frames without a symbol only
+    when `unnamed`."""
+    args = [perf, "report", "-i", data, "--stdio", "--sort", "dso,symbol", "-g", "none",
+            "--children" if children else "--no-children"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=180).stdout
+    rows = []
+    pat = re.compile(r"^\s*([\d.]+)%\s+(?:([\d.]+)%\s+)?(\S+)\s+\[(.)\]\s+(.*?)(?:\s+-\s+-)?\s*$")
+    for line in out.splitlines():
+        m = pat.match(line)
+        if not m or line.startswith("#"):
+            continue
+        incl, self_, dso, kind, sym = m.groups()
+        if not unnamed and (dso == "[unknown]" or sym.startswith("0x") or re.fullmatch(r"[0-9a-f]+", sym)):
+            continue
+        rows.append((float(incl), float(self_ if self_ is not None else incl),
+                     f"{dso}: {sym}" + (" [kernel]" if kind == "k" else "")))
+    return rows
+
+
+def perf_profile(ctx: Ctx, pid: int, workload: Callable[[], object], seconds: float, tag: str) -> dict:
+    """Samples backend `pid` with `perf record -e cpu-clock -g` while workload() runs in a loop.
+    Returns top inclusive/self symbols, or {"error": ...} when perf is missing or not permitted."""
+    perf = shutil.which("perf")
+    if not perf:
+        return {"error": "perf not installed (Debian package linux-perf); no profile"}
+    data = f"{ctx.work}/{tag}.perf.data"
+    p = subprocess.Popen([perf, "record", "-q", "-e", "cpu-clock", "-F", "2999", "-g", "-o", data, "-p", str(pid)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(0.3)
+    if p.poll() is not None:
+        return {"error": "perf record failed: " + p.stderr.read().decode(errors="replace")[-300:]}
+    t, runs = time.perf_counter(), 0
+    try:
+        while time.perf_counter() - t < seconds:
+            workload()
+            runs += 1
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+    incl = [r for r in _perf_report(perf, data, True)
+            if r[2].split(": ", 1)[1] not in SKIP_FRAMES and not r[2].endswith("[kernel]")]
+    self_rows = _perf_report(perf, data, False)
+    by_dso: dict[str, float] = {}
+    for pct, _, name in _perf_report(perf, data, False, unnamed=True):
+        dso = name.split(":", 1)[0]
+        by_dso[dso] = by_dso.get(dso, 0) + pct
+    return {"runs": runs, "seconds": seconds, "inclusive": incl[:20], "self": self_rows[:15],
+            "by_dso": sorted(by_dso.items(), key=lambda kv: -kv[1])[:6]}
+
+
+def perf_md(p: dict, what: str) -> str:
+    if "error" in p:
+        return f"Profile of {what}: {p['error']}.\n"
+    head = (f"perf (`cpu-clock`, call graphs) of the backend running {what} in a loop for {p['seconds']:.0f} s "
+            f"({p['runs']} runs). Samples by shared object: "
+            + ", ".join(f"{d} {pct:.1f}%" for d, pct in p["by_dso"]) + ".\n")
+    incl = md_table(["inclusive %", "self %", "function (entry frames and unnamed frames omitted)"],
+                    [[f"{a:.1f}", f"{b:.1f}", f"`{s}`"] for a, b, s in p["inclusive"]])
+    slf = md_table(["self %", "function"], [[f"{a:.1f}", f"`{s}`"] for a, _, s in p["self"]])
+    return (f"{head}\n<details><summary>inclusive (call-graph) view</summary>\n\n{incl}\n\n</details>\n\n"
+            f"Top functions by self time:\n\n{slf}\n")

@@ -14,7 +14,7 @@ import time
 import traceback
 
 from . import case_acquire, case_handoff, case_holders, case_keys, case_timeout
-from .common import Ctx, log, md_table
+from .common import Ctx, HarnessError, log, md_table
 
 CASES = [
     ("1", "Key derivation", case_keys),
@@ -66,10 +66,21 @@ def machine_facts(ctx: Ctx) -> list[tuple[str, str]]:
         "SELECT name, setting FROM pg_settings WHERE name IN ('max_connections', 'max_locks_per_transaction', "
         "'shared_buffers', 'jit', 'fsync', 'synchronous_commit', 'max_parallel_workers_per_gather', "
         "'autovacuum') ORDER BY name").fetchall()
+    so = _sha(ctx.lib)
+    (probins,) = conn.execute("SELECT array_agg(DISTINCT probin) FROM pg_proc p JOIN pg_depend d ON "
+                              "d.classid = 'pg_proc'::regclass AND d.objid = p.oid JOIN pg_extension e ON "
+                              "e.oid = d.refobjid WHERE e.extname = 'advlock' AND p.prolang = "
+                              "(SELECT oid FROM pg_language WHERE lanname = 'c')").fetchone()
+    if probins != [ctx.lib]:
+        raise HarnessError(f"advlock's C functions point at {probins}, not the pinned copy {ctx.lib}")
+    # The backend that ran advlock_key above mapped exactly the pinned copy.
+    conn.execute("SELECT advlock_key('bench', 'pin')").fetchone()
+    with open(f"/proc/{conn.info.backend_pid}/maps") as f:
+        maps = {line.split()[-1] for line in f if "advlock" in line}
+    if maps != {ctx.lib}:
+        raise HarnessError(f"backend mapped {maps}, expected only the pinned {ctx.lib}")
     conn.close()
-    pkglib = subprocess.run([f"{ctx.pgbin}/pg_config", "--pkglibdir"], capture_output=True, text=True).stdout.strip()
-    so = _sha(f"{pkglib}/advlock.so")
-    build = "unknown"
+    build = "matches neither target/release/ nor target/debug/libadvlock.so (rebuilt since?)"
     for prof in ("release", "debug"):
         if so and so == _sha(f"{REPO}/target/{prof}/libadvlock.so"):
             build = f"matches target/{prof}/libadvlock.so"
@@ -84,7 +95,9 @@ def machine_facts(ctx: Ctx) -> list[tuple[str, str]]:
         ("OS / kernel", f"{osname} / {platform.release()}"),
         ("PostgreSQL", version),
         ("advlock", f"{extv}, commit {commit}{' + uncommitted changes in src/sql' if dirty else ''}"),
-        ("build profile", f"{ctx.profile}; installed advlock.so {build} (sha256 {so[:12] if so else '?'})"),
+        ("build profile", f"{ctx.profile}; advlock.so {build} (sha256 {so[:12] if so else '?'}), copied at start "
+                          "and pinned: the bench database's C functions load that copy, so a reinstall elsewhere "
+                          "during the run cannot mix builds"),
         ("server settings", ", ".join(f"{k}={v}" for k, v in settings)
          + "; TCP over 127.0.0.1 for every client"),
         ("mode", "QUICK (tiny sizes; targets reported, not meaningful)" if ctx.quick else "full"),
@@ -151,12 +164,15 @@ def main() -> int:
     ap.add_argument("--profile", default="unknown")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--cases", default="")
+    ap.add_argument("--nice", type=int, default=0)
+    ap.add_argument("--lib", required=True, help="the pinned copy of advlock.so the bench database uses")
     a = ap.parse_args()
-    ctx = Ctx(a.port, a.dbname, a.out, a.work, a.pgbin, a.quick, a.profile)
+    ctx = Ctx(a.port, a.dbname, a.out, a.work, a.pgbin, a.quick, a.profile, a.lib)
     wanted = set(a.cases.split(",")) if a.cases else {c[0] for c in CASES}
     started = time.perf_counter()
     os.makedirs(ctx.out, exist_ok=True)
     facts = machine_facts(ctx)
+    load_start = os.getloadavg()
     results, sections, targets, errors = {}, [], [], []
     for num, title, mod in CASES:
         if num not in wanted:
@@ -179,6 +195,10 @@ def main() -> int:
     with open(f"{ctx.out}/results.json", "w") as f:
         json.dump({"facts": facts, "quick": ctx.quick, "results": results, "targets": targets}, f, indent=1,
                   default=str)
+    load_end = os.getloadavg()
+    facts.append(("machine load", "1-min load average {:.2f} at start, {:.2f} at end (other work on the machine "
+                  "competes for the same cores); ".format(load_start[0], load_end[0])
+                  + (f"server, pgbench and harness ran at nice {a.nice}" if a.nice else "no renice")))
     path = write_report(ctx, facts, sections, targets, errors, time.perf_counter() - started)
     for t in targets:
         log(f"{'PASS' if t['ok'] else 'FAIL'}  [{t['case']}] {t['target']}: {t['measured']}")
