@@ -7,22 +7,18 @@
 -- No SECURITY DEFINER anywhere: pg_stat_activity's own rules decide what a caller sees.
 
 CREATE VIEW @extschema@.advlock_holders AS
+-- Backends first, once each: joining pg_stat_activity per lock row would look up the role of
+-- the same backend thousands of times.
+WITH backends AS MATERIALIZED (
+    SELECT a.pid, a.application_name, a.usename, a.client_addr, a.state, a.state_change,
+           a.xact_start, a.query_start, a.query
+      FROM pg_catalog.pg_stat_activity a
+)
 SELECT
-    -- SET_LOCKTAG_INT64: classid = high 32 bits, objid = low 32 bits, objsubid = 1.
-    -- oid is unsigned, so reassemble in int8 and let the shift wrap into the sign bit.
-    CASE WHEN l.objsubid OPERATOR(pg_catalog.=) 1
-         THEN (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
-              OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8 END                       AS key,
-    -- SET_LOCKTAG_INT32 (pg_advisory_lock(int4, int4)): objsubid = 2.
-    CASE WHEN l.objsubid OPERATOR(pg_catalog.=) 2
-         THEN ((l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
-               OPERATOR(pg_catalog.>>) 32)::pg_catalog.int4 END                         AS key1,
-    CASE WHEN l.objsubid OPERATOR(pg_catalog.=) 2
-         THEN ((l.objid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
-               OPERATOR(pg_catalog.>>) 32)::pg_catalog.int4 END                         AS key2,
-    CASE l.mode WHEN 'ExclusiveLock' THEN 'exclusive'
-                WHEN 'ShareLock' THEN 'shared'
-                ELSE l.mode END                                                         AS mode,
+    l.key,                          -- int8 keys (pg_advisory_*(bigint), advlock); NULL otherwise
+    l.key1,                         -- pg_advisory_*(int4, int4) keys; NULL otherwise
+    l.key2,
+    l.mode,                         -- 'exclusive' | 'shared'
     l.granted,
     l.pid,
     a.application_name,
@@ -38,21 +34,25 @@ SELECT
     -- idle for at least advlock.idle_threshold.
     COALESCE(l.granted
              AND a.state OPERATOR(pg_catalog.=) 'idle'
-             AND i.idle_for OPERATOR(pg_catalog.>=) @extschema@.advlock_idle_threshold(), false) AS is_idle_holder,
-    l.waitstart                                                                         AS waiting_since,
+             AND i.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold()),
+             false)                                                                     AS is_idle_holder,
+    l.waiting_since,
     -- pg_blocking_pids takes every lock-partition lock: only call it for waiters.
     CASE WHEN NOT l.granted THEN pg_catalog.pg_blocking_pids(l.pid) END                 AS blocked_by,
     NULL::pg_catalog.text                                                               AS label
-FROM pg_catalog.pg_locks l
-LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
+-- advlock_lock_entries(): pg_lock_status() filtered to this database's advisory locks in C,
+-- before any tuple is built, so other locks cost next to nothing.
+FROM @extschema@.advlock_lock_entries() l
+LEFT JOIN backends a ON a.pid OPERATOR(pg_catalog.=) l.pid
 -- idle_for is computed once per row so is_idle_holder and idle_for never disagree.
 CROSS JOIN LATERAL (
     SELECT CASE WHEN a.state OPERATOR(pg_catalog.~~) 'idle%'
                 THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) a.state_change END AS idle_for
-) i
-WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
-  AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
-                                         WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
+) i;
+
+-- Like pg_locks and pg_stat_activity, readable by everyone; what each row shows is decided by
+-- pg_stat_activity's own rules for the caller (no SECURITY DEFINER).
+GRANT SELECT ON @extschema@.advlock_holders TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.advlock_holders IS
   'advlock: advisory locks in this database, holders and waiters, with their backends';

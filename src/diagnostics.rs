@@ -3,6 +3,7 @@
 use crate::errors::Report;
 use crate::gucs;
 use crate::lock_request::Mode;
+use crate::lockmgr::{self, AdvisoryKey};
 use pgrx::datum::Interval;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::prelude::*;
@@ -32,10 +33,53 @@ fn advlock_idle_threshold(older_than: default!(Option<Interval>, "NULL")) -> Int
     }
 }
 
+/// The advisory locks of the current database (held and awaited), decoded: the raw feed of the
+/// `advlock_holders` view, as `pg_lock_status()` is of `pg_locks`, but filtered before any
+/// tuple is built.
+#[pg_extern]
+#[allow(clippy::type_complexity)]
+fn advlock_lock_entries() -> TableIterator<
+    'static,
+    (
+        name!(key, Option<i64>),
+        name!(key1, Option<i32>),
+        name!(key2, Option<i32>),
+        name!(mode, String),
+        name!(granted, bool),
+        name!(pid, Option<i32>),
+        name!(waiting_since, Option<TimestampWithTimeZone>),
+    ),
+> {
+    let rows: Vec<_> = lockmgr::advisory_entries_in_my_database()
+        .into_iter()
+        .map(|e| {
+            let (key, key1, key2) = match e.key {
+                AdvisoryKey::Int8(k) => (Some(k), None, None),
+                AdvisoryKey::Int4Pair(a, b) => (None, Some(a), Some(b)),
+            };
+            let waiting_since = if e.granted || e.wait_start == 0 {
+                None
+            } else {
+                TimestampWithTimeZone::try_from(e.wait_start).ok()
+            };
+            (
+                key,
+                key1,
+                key2,
+                lockmgr::mode_name(e.mode),
+                e.granted,
+                (e.pid != 0).then_some(e.pid),
+                waiting_since,
+            )
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
 pgrx::extension_sql_file!(
     "../sql/holders.sql",
     name = "holders",
-    requires = [advlock_idle_threshold]
+    requires = [advlock_idle_threshold, advlock_lock_entries]
 );
 
 /// "Held by PID 123 (application_name "worker", state "idle")." for a lock-timeout DETAIL:
@@ -53,11 +97,14 @@ pub fn describe_holders(key: i64, mode: Mode) -> Option<String> {
            AND l.objsubid OPERATOR(pg_catalog.=) 1
            AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                 WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-           AND l.classid OPERATOR(pg_catalog.=) $1 AND l.objid OPERATOR(pg_catalog.=) $2
+           AND l.classid::pg_catalog.int8 OPERATOR(pg_catalog.=) $1
+           AND l.objid::pg_catalog.int8 OPERATOR(pg_catalog.=) $2
            AND ($3 OR l.mode OPERATOR(pg_catalog.=) 'ExclusiveLock')
            AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()";
-    let classid = pg_sys::Oid::from(((key as u64) >> 32) as u32);
-    let objid = pg_sys::Oid::from(key as u32);
+    // As int8, not oid: pgrx passes an Oid of 0 as SQL NULL, and half of every key below
+    // 2^32 is 0.
+    let classid = ((key as u64) >> 32) as i64;
+    let objid = (key as u64 & 0xffff_ffff) as i64;
     let exclusive = mode == Mode::Exclusive;
     let holders: Option<String> = Spi::connect(|client| {
         client
