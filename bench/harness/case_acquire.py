@@ -4,9 +4,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 
 from . import svg
-from .common import Ctx, HarnessError, fmt_ratio, log, md_table, median, target
+from .common import Ctx, HarnessError, fmt_ratio, log, md_table, median, perf_md, perf_profile, target
 
 KEY = r"\set k random(1, 1000000000000000)"  # distinct keys per client: collisions ~ never
 PATTERNS = {
@@ -47,6 +48,29 @@ def pgbench(ctx: Ctx, script: str, clients: int, seconds: int, protocol: str, tr
     return float(m.group(1))
 
 
+def profile(ctx: Ctx, script: str, protocol: str = "prepared", seconds: float = 3.0) -> dict:
+    """perf profile of the one backend serving a 1-client pgbench run of `script`."""
+    cmd = [f"{ctx.pgbin}/pgbench", "-n", "-h", "127.0.0.1", "-p", str(ctx.port), "-U", "postgres",
+           "-M", protocol, "-c", "1", "-T", str(int(seconds + 3)), "-f", script, ctx.dbname]
+    admin = ctx.connect(app="bench-admin")
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        pid = None
+        deadline = time.monotonic() + 10
+        while pid is None and time.monotonic() < deadline:
+            row = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench'").fetchone()
+            pid = row[0] if row else None
+            time.sleep(0.05)
+        if pid is None:
+            raise HarnessError("pgbench backend not found in pg_stat_activity")
+        prof = perf_profile(ctx, pid, lambda: time.sleep(0.1), seconds, "acquire")
+        prof["runs"] = None  # pgbench drives the backend, not a loop of ours
+        return prof
+    finally:
+        p.wait(timeout=60)
+        admin.close()
+
+
 def run(ctx: Ctx) -> dict:
     clients_list = ctx.size([1, 8, 32], [1, 4])
     protocols = ["simple", "prepared"]
@@ -72,7 +96,11 @@ def run(ctx: Ctx) -> dict:
                     tps[proto][str(clients)][name].append(pgbench(ctx, scripts[name], clients, seconds, proto))
             log(f"case 2: rep {rep + 1}/{reps} clients {clients}: " + ", ".join(
                 f"{SHORT[n]}={tps['prepared'][str(clients)][n][-1]:.0f}" for n in names))
-    return {"clients": clients_list, "protocols": protocols, "seconds": seconds, "reps": reps,
+    profiles = {}
+    if not ctx.quick:
+        for name in ("advlock xact", "built-in try xact", "advlock session"):
+            profiles[name] = profile(ctx, scripts[name])
+    return {"profiles": profiles, "clients": clients_list, "protocols": protocols, "seconds": seconds, "reps": reps,
             "tps": tps, "scripts": {n: KEY + "\n" + "\n".join(s) for n, s in PATTERNS.items()}}
 
 
@@ -126,4 +154,10 @@ Scripts (each starts with `{KEY}`):
         note = "all points pass" if ok else "misses at: " + ", ".join(
             f"{where} ({fmt_ratio(r)})" for where, r in pts if r < thr)
         targets.append(target("2", text, measured, ok, note))
+    if res.get("profiles"):
+        md_parts.append("#### Where an uncontended cycle's time goes (1 client, prepared)\n\n"
+                        "Each profile samples the single backend serving pgbench; with one client the backend "
+                        "spends much of its time waiting for the next message, so compare shares, not totals.")
+        for name, p in res["profiles"].items():
+            md_parts.append(f"**{name}**\n\n" + perf_md(p, f"pgbench's `{name}` script"))
     return "\n\n".join(md_parts) + "\n", targets
