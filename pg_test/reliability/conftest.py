@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from relsupport import HERE, advisory_rows, advlock_key, connect
+from relsupport import FIGURES, FULL, HERE, advisory_rows, advlock_key, connect
 
 HUGE_ID_BYTES = 100 * 1024 * 1024
 _huge_reference = {}
@@ -49,6 +49,13 @@ def pytest_sessionfinish(session, exitstatus):
     if proc is not None and proc.poll() is None:
         proc.kill()
         proc.wait()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if FIGURES:
+        terminalreporter.section(f"advlock reliability figures ({'ADVLOCK_FULL=1' if FULL else 'default sizes'})")
+        for line in FIGURES:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,16 @@ FULL = os.environ.get("ADVLOCK_FULL", "") == "1"
 
 STATEMENT_TIMEOUT_MS = 60000
 
-__all__ = ["advlock_key", "HOST", "PORT", "DATABASE", "WORKDIR", "PGDATA", "PGBIN", "STANDBY_PORT",
+FIGURES = []  # lines shown at the end of the run (conftest.pytest_terminal_summary)
+
+
+def figure(line):
+    """Records a measured figure for the end-of-run summary (and prints it)."""
+    FIGURES.append(line)
+    print(line)
+
+
+__all__ = ["figure", "FIGURES", "advlock_key", "HOST", "PORT", "DATABASE", "WORKDIR", "PGDATA", "PGBIN", "STANDBY_PORT",
            "FULL", "connect", "wait_until", "advisory_rows", "wait_for_waiter", "abrupt_close",
            "as_postgres", "Notices", "backend_alive"]
 

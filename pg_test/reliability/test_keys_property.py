@@ -3,7 +3,7 @@ on random (ns, id) pairs, random Unicode included. Fixed seed (ADVLOCK_SEED over
 import os
 import random
 
-from relsupport import FULL, advlock_key
+from relsupport import FULL, advlock_key, figure
 
 CASES = 30000 if FULL else 3000
 SEED = int(os.environ.get("ADVLOCK_SEED", "20261129"))
@@ -33,7 +33,7 @@ def random_text(rng, min_len, max_len):
 
 
 def test_random_pairs_match_reference(admin):
-    print(f"\nkeys property test: seed {SEED} (ADVLOCK_SEED), {CASES} cases per form")
+    print(f"\nkeys property test: seed {SEED} (ADVLOCK_SEED), {CASES} cases")
     rng = random.Random(SEED)
     ns_list = [random_text(rng, 1, 24) for _ in range(CASES)]
     id_list = [random_text(rng, 0, 48) if rng.random() < 0.9 else random_text(rng, 200, 2000)
@@ -56,3 +56,4 @@ def test_random_pairs_match_reference(admin):
     same = admin.execute("SELECT bool_and(advlock_key(ns, i) = advlock_key(ns, i::text)) "
                          "FROM unnest(%s::text[], %s::int8[]) AS u(ns, i)", (ns_list, int_list)).fetchone()[0]
     assert same is True
+    figure(f"keys property test: seed {SEED} (ADVLOCK_SEED), {CASES} random cases x 3 forms, all equal to the reference")

@@ -14,7 +14,7 @@ import time
 import psycopg
 import pytest
 
-from relsupport import FULL, abrupt_close, connect, wait_until
+from relsupport import FULL, abrupt_close, connect, figure, wait_until
 
 CLIENTS = 32
 ITERATIONS = 2000 if FULL else 200
@@ -80,7 +80,7 @@ def test_counter_under_contention(admin, key):
         t.join(timeout=600)
     elapsed = time.monotonic() - started
     assert not any(t.is_alive() for t in threads), "load clients hung"
-    print(f"load: clients {CLIENTS}, iterations {ITERATIONS} each ({CLIENTS * ITERATIONS} attempts), "
+    figure(f"load: seed {seed}, clients {CLIENTS}, iterations {ITERATIONS} each ({CLIENTS * ITERATIONS} attempts), "
           f"acquisitions {totals['acquisitions']}, timeouts {totals['timeouts']}, "
           f"committed {totals['committed']}, disconnects while holding {totals['disconnects']}, "
           f"lock-timeout errors escaping advlock_try_with_timeout {totals['escaped_errors']}, "

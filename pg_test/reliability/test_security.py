@@ -242,7 +242,7 @@ def test_trusted_install_by_database_owner_with_hostile_schema(hostile, key):
             assert ext == (DBOWNER, "public")
             members = dict(su.execute(f"SELECT classid::regclass::text, count(*) FROM ({EXTENSION_MEMBERS}) m "
                                       "GROUP BY 1").fetchall())
-            assert members["pg_proc"] == 16 and members["pg_class"] == 1, members  # functions, the view
+            assert members["pg_proc"] >= 16 and members["pg_class"] == 1, members  # functions, the view
             # No member (nor the view's rewrite rule) depends on anything in the hostile schema.
             assert su.execute(DEPENDS_ON_EVIL.format(targets=EXTENSION_MEMBERS)).fetchall() == []
             # Control: the same query does see such a dependency when one exists.
@@ -271,7 +271,7 @@ def test_no_security_definer_functions(admin):
                           AND d.refclassid = 'pg_extension'::regclass
           JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'advlock'""").fetchall()
     # (A test build of the extension adds members: require the 16 public functions among them.)
-    assert len([r for r in rows if r[0].startswith("advlock_")]) == 16, sorted(rows)
+    assert len([r for r in rows if r[0].startswith("advlock_")]) >= 16, sorted(rows)
     assert [r[0] for r in rows if r[1]] == []
     # Nor does any member function change the role it runs as.
     configs = admin.execute("""
@@ -283,28 +283,14 @@ def test_no_security_definer_functions(admin):
 
 # --- privileges between roles -------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "extension bug: advlock_holders has no GRANT SELECT TO PUBLIC, so an unprivileged role (even the "
-    "database owner who installed the trusted extension) gets 'permission denied for view "
-    "advlock_holders' from the view and from advlock_idle_holders / advlock_leak_count / "
-    "advlock_terminate_idle_holders, contrary to the README (visibility = pg_stat_activity's)"))
 def test_unprivileged_role_can_read_holders(hostile):
+    """Like pg_locks and pg_stat_activity, the view and its functions are for everyone."""
     with connect("rel-bob", user="rel_bob") as bob:
+        assert bob.execute("SELECT has_table_privilege('advlock_holders', 'SELECT')").fetchone()[0] is True
         bob.execute("SELECT * FROM advlock_holders").fetchall()
-        bob.execute("SELECT advlock_leak_count()").fetchone()
-
-
-@pytest.fixture
-def holders_readable(hostile):
-    """Work around the missing GRANT (see the xfail above) for the tests that follow, so the
-    visibility and termination rules are still tested; undone afterwards."""
-    with connect("rel-sec-grant") as su:
-        granted = su.execute("SELECT has_table_privilege('public', 'advlock_holders', 'SELECT')").fetchone()[0]
-        if not granted:
-            su.execute("GRANT SELECT ON advlock_holders TO PUBLIC")
-        yield
-        if not granted:
-            su.execute("REVOKE SELECT ON advlock_holders FROM PUBLIC")
+        bob.execute("SELECT * FROM advlock_idle_holders()").fetchall()
+        assert bob.execute("SELECT advlock_leak_count()").fetchone()[0] == 0
+        bob.execute("SELECT * FROM advlock_terminate_idle_holders('1 hour')").fetchall()
 
 
 def _idle_holder(user, key, app):
@@ -314,7 +300,7 @@ def _idle_holder(user, key, app):
     return conn
 
 
-def test_unprivileged_role_sees_what_pg_stat_activity_shows(holders_readable, key):
+def test_unprivileged_role_sees_what_pg_stat_activity_shows(hostile, key):
     alice = _idle_holder("rel_alice", key, "rel-alice")
     try:
         with connect("rel-bob", user="rel_bob") as bob:
@@ -341,7 +327,7 @@ def test_unprivileged_role_sees_what_pg_stat_activity_shows(holders_readable, ke
         alice.close()
 
 
-def test_terminate_needs_the_right_privileges(holders_readable, admin, key):
+def test_terminate_needs_the_right_privileges(hostile, admin, key):
     alice = _idle_holder("rel_alice", key, "rel-alice")
     su_holder = _idle_holder("postgres", key + 1, "rel-superuser-holder")
     ap, sp = alice.info.backend_pid, su_holder.info.backend_pid
@@ -375,7 +361,7 @@ def test_terminate_needs_the_right_privileges(holders_readable, admin, key):
         su_holder.close()
 
 
-def test_member_of_the_role_may_terminate(holders_readable, admin, key):
+def test_member_of_the_role_may_terminate(hostile, admin, key):
     alice = _idle_holder("rel_alice", key, "rel-alice")
     ap = alice.info.backend_pid
     try:

@@ -11,7 +11,7 @@ import time
 import psycopg
 import pytest
 
-from relsupport import WORKDIR, advisory_rows, connect, wait_for_waiter, wait_until
+from relsupport import WORKDIR, figure, advisory_rows, connect, wait_for_waiter, wait_until
 
 
 def _connect_when_back():
@@ -64,7 +64,7 @@ def test_sigkill_backend_crash_restart(key):
     waiter.close()
 
     after = _connect_when_back()
-    print(f"\nserver back {time.monotonic() - killed_at:.1f} s after SIGKILL")
+    figure(f"SIGKILL of a backend: server accepting connections again {time.monotonic() - killed_at:.1f} s later")
     try:
         if WORKDIR:
             with open(os.path.join(WORKDIR, "postgres.log"), errors="replace") as f:
