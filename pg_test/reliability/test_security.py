@@ -59,6 +59,11 @@ GRANT SELECT ON evil.pg_locks, evil.pg_stat_activity, evil.pg_database TO PUBLIC
     _fn("pg_terminate_backend", "integer, bigint", "boolean", "false"),
     _fn("advlock_idle_threshold", "interval", "interval", "interval '0'"),
     _fn("advlock_idle_threshold", "", "interval", "interval '0'"),
+    """
+CREATE FUNCTION evil.advlock_lock_entries()
+RETURNS TABLE(key bigint, key1 integer, key2 integer, mode text, granted boolean, pid integer,
+              waiting_since timestamptz) LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.hijacked('advlock_lock_entries()'); RETURN QUERY SELECT * FROM public.advlock_lock_entries(); END $$;""",
     _fn("string_agg_sfunc", "text, text, text", "text",
         "pg_catalog.concat($1, CASE WHEN $1 IS NULL THEN '' ELSE $3 END, $2)"),
     "CREATE AGGREGATE evil.string_agg(text, text) (SFUNC = evil.string_agg_sfunc, STYPE = text);",

@@ -76,6 +76,22 @@ def test_acquisition_refused_on_standby(standby, function, call):
         assert conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()[0] == 0
 
 
+def test_allowed_calls_work_on_standby(standby):
+    with standby_conn(standby) as conn:
+        conn.execute("SET advlock.allow_on_standby = on")
+        conn.execute("BEGIN")
+        for _, call in ACQUIRE_CALLS:
+            conn.execute(f"SELECT {call}")
+        held = conn.execute("SELECT count(*) FROM advlock_holders WHERE pid = pg_backend_pid() AND granted"
+                            ).fetchone()[0]
+        assert held == 4  # key 1, ('standby','x') and ('standby', 42) exclusive, ('standby', 42) shared
+        conn.execute("ROLLBACK")
+        # Only the session lock survives the transaction.
+        assert conn.execute("SELECT key FROM advlock_holders WHERE pid = pg_backend_pid()").fetchall() == \
+            [(conn.execute("SELECT advlock_key('standby', 42)").fetchone()[0],)]
+        assert conn.execute("SELECT advlock_unlock('standby', 42::bigint)").fetchone()[0] is True
+
+
 def test_allow_on_standby_locks_are_standby_local(standby, key):
     a = standby_conn(standby, "rel-standby-a")
     b = standby_conn(standby, "rel-standby-b")
