@@ -109,7 +109,8 @@ def render(res: dict, ctx: Ctx) -> tuple[str, list[dict]]:
     clients_list = res["clients"]
     md_parts = [f"""pgbench (`-n -T {res['seconds']} -j min(clients, cores)`), TCP over 127.0.0.1, both the **simple** and the
 **prepared** (`-M prepared`) protocol; every pattern runs in the same round with the order rotated, {res['reps']}
-round(s), median tps reported. One pgbench transaction = one acquire + release cycle. Keys are random in
+round(s), median tps reported; a ratio is the median over rounds of A ÷ B measured in the same round (so slow
+drift in machine load cancels). One pgbench transaction = one acquire + release cycle. Keys are random in
 [1, 10^15], so clients never contend. pgbench and the server share the machine's cores.
 
 Scripts (each starts with `{KEY}`):
@@ -132,7 +133,7 @@ Scripts (each starts with `{KEY}`):
             med = {n: median(t[n]) for n in names}
             ratios = []
             for a, b, thr, text in checks:
-                r = med[a] / med[b]
+                r = median([x / y for x, y in zip(t[a], t[b])])  # paired within each round
                 per_target[text].append((f"{proto}, {clients} client{'s' if clients > 1 else ''}", r))
                 ratios.append(fmt_ratio(r) + (" ✓" if r >= thr else " ✗"))
             rows.append([str(clients)] + [f"{med[n]:,.0f}" for n in names] + ratios)

@@ -32,7 +32,7 @@ POLL = "polling client: pg_try_advisory_lock every 50 ms"
 
 
 def run(ctx: Ctx) -> dict:
-    plan = ctx.size({50: 40, 200: 40, 1000: 10}, {50: 4, 200: 3, 1000: 1})
+    plan = ctx.size({50: 40, 200: 100, 1000: 10}, {50: 4, 200: 3, 1000: 1})
     cpu_reps = ctx.size(3, 1)
     holder = ctx.connect(app="bench-holder")
     waiter = ctx.connect(app="bench-waiter")
