@@ -19,11 +19,12 @@ pub enum Mode {
 
 impl Scope {
     pub fn parse(value: Option<ServerText>, function: &str) -> Scope {
-        match required(value, function, "scope").as_bytes() {
+        let value = required(value, function, "scope");
+        match value.as_bytes() {
             b"xact" => Scope::Xact,
             b"session" => Scope::Session,
-            other => invalid_argument(
-                format!("invalid value for argument \"scope\" of {function}: \"{}\"", String::from_utf8_lossy(other)),
+            _ => invalid_argument(
+                format!("invalid value for argument \"scope\" of {function}: \"{}\"", value.display()),
                 "Allowed values are 'xact' (released at commit or rollback) and 'session' (held until advlock_unlock or disconnect).",
             ),
         }
@@ -32,13 +33,14 @@ impl Scope {
 
 impl Mode {
     pub fn parse(value: Option<ServerText>, function: &str) -> Mode {
-        match required(value, function, "mode").as_bytes() {
+        let value = required(value, function, "mode");
+        match value.as_bytes() {
             b"exclusive" => Mode::Exclusive,
             b"shared" => Mode::Shared,
-            other => invalid_argument(
+            _ => invalid_argument(
                 format!(
                     "invalid value for argument \"mode\" of {function}: \"{}\"",
-                    String::from_utf8_lossy(other)
+                    value.display()
                 ),
                 "Allowed values are 'exclusive' and 'shared'.",
             ),

@@ -103,6 +103,10 @@ pub fn acquire_within(key: i64, mode: Mode, scope: Scope, timeout_ms: i32) -> bo
             let nest_level = pg_sys::NewGUCNestLevel();
             set_lock_timeout(timeout.as_c_str());
             pg_sys::LockAcquire(&tag, lockmode(mode), session, false);
+            // The lock can be granted just as lock_timeout fires: ProcSleep returns success and
+            // leaves the timeout's cancel pending. Take it here, inside the protected block, so
+            // it is handled below rather than escaping after we have reported success.
+            pg_sys::check_for_interrupts!();
             // GUC_ACTION_SAVE values are always restored at the end of their nest level.
             pg_sys::AtEOXact_GUC(true, nest_level);
             // Commit the subtransaction: an xact-scoped lock moves to the caller's owner.
@@ -129,7 +133,15 @@ pub fn acquire_within(key: i64, mode: Mode, scope: Scope, timeout_ms: i32) -> bo
                     // xact lock does not; either way report what is true now.
                     held_by_me(key, mode)
                 }
-                _ => error.rethrow(),
+                _ => {
+                    // Any other error (cancel, statement_timeout, deadlock) fails the call: a
+                    // session lock granted during this wait must not outlive it. (It was not
+                    // held before: the no-wait try failed.)
+                    if session && held_by_me(key, mode) {
+                        release_session(key, mode);
+                    }
+                    error.rethrow()
+                }
             }
         })
         .execute()

@@ -8,6 +8,9 @@ use pgrx::pg_sys;
 use pgrx::FromDatum;
 use std::borrow::Cow;
 
+/// How much of a user-supplied string an error message shows.
+const DISPLAY_CHARS: usize = 64;
+
 pub struct ServerText<'a> {
     bytes: &'a [u8],
 }
@@ -42,9 +45,26 @@ impl<'a> ServerText<'a> {
         }
     }
 
-    /// For messages: lossless in UTF-8 databases, best effort elsewhere.
+    /// For messages: at most `DISPLAY_CHARS` characters (a 100 MB id must not become a 100 MB
+    /// error). Messages go to the server in its own encoding, so outside UTF-8 (and SQL_ASCII,
+    /// which passes bytes through) non-ASCII characters are shown as \uXXXX escapes.
     pub fn display(&self) -> String {
-        String::from_utf8_lossy(&self.to_utf8()).into_owned()
+        let utf8 = self.to_utf8();
+        let text = String::from_utf8_lossy(&utf8);
+        let ascii_only = needs_conversion();
+        let mut out = String::new();
+        for (n, c) in text.chars().enumerate() {
+            if n == DISPLAY_CHARS {
+                out.push_str(&format!("... ({} bytes)", self.bytes.len()));
+                break;
+            }
+            if ascii_only && !c.is_ascii() {
+                out.push_str(&format!("\\u{:04X}", c as u32));
+            } else {
+                out.push(c);
+            }
+        }
+        out
     }
 }
 
