@@ -15,6 +15,12 @@ PORT=${ADVLOCK_PORT:-5417}
 as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres -- "$@"; fi; }
 
 "$here/setup.sh"
+# cargo pgrx install rewrites advlock.so in place: backends that have it mapped would crash.
+# Stop the cluster first (it is started again below).
+if [ -f "$PGDATA/postmaster.pid" ]; then
+  echo "[up] stopping PostgreSQL 17 while advlock.so is replaced"
+  as_postgres "$PGBIN/pg_ctl" -D "$PGDATA" -m fast -w stop >/dev/null
+fi
 echo "[up] building and installing advlock (release)"
 (cd "$repo" && cargo pgrx install --release --pg-config "$PGBIN/pg_config" >/tmp/advlock-install.log 2>&1) ||
   { tail -30 /tmp/advlock-install.log; exit 1; }
