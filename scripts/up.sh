@@ -4,7 +4,7 @@
 # as the `postgres` user with a database `advlock` where CREATE EXTENSION advlock has run.
 #   data dir  /var/lib/postgresql/advlock-17   (override: ADVLOCK_PGDATA)
 #   port      5417 on 127.0.0.1                 (override: ADVLOCK_PORT)
-# Idempotent: a second run rebuilds only what changed and keeps the running cluster.
+# Idempotent: a second run rebuilds only what changed and restarts the cluster around the install.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
