@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import subprocess
 import time
 
 from . import svg
-from .common import Ctx, HarnessError, fmt_ratio, log, md_table, median, perf_md, perf_profile, target
+from .common import Ctx, HarnessError, backend_cpu_ns, fmt_ratio, log, md_table, median, perf_md, perf_profile, target
 
 KEY = r"\set k random(1, 1000000000000000)"  # distinct keys per client: collisions ~ never
 PATTERNS = {
@@ -71,6 +72,42 @@ def profile(ctx: Ctx, script: str, protocol: str = "prepared", seconds: float = 
         admin.close()
 
 
+def cpu_per_cycle(ctx: Ctx, cycles: int, rounds: int) -> dict:
+    """Backend CPU µs per acquire/release cycle, each pattern's statements driven from psycopg
+    (prepared, or parsed every time), read from the backend's CPU-time clock: the server-side
+    cost without the noise of a shared machine's scheduling."""
+    out = {mode: {n: [] for n in PATTERNS} for mode in ("prepared", "unprepared")}
+    rnd = random.Random(7)
+    conns = {mode: ctx.connect(app=f"bench-cpu-{mode}") for mode in out}
+    try:
+        for mode, conn in conns.items():  # warm-up: library load, plan cache
+            for stmts in PATTERNS.values():
+                for _ in range(20):
+                    _cycle(conn, stmts, rnd.randint(1, 10**15), mode == "prepared")
+        names = list(PATTERNS)
+        for r in range(rounds):
+            for mode, conn in conns.items():
+                pid = conn.info.backend_pid
+                for name in names[r % len(names):] + names[:r % len(names)]:
+                    keys = [rnd.randint(1, 10**15) for _ in range(cycles)]
+                    c0 = backend_cpu_ns(pid)[0]
+                    for k in keys:
+                        _cycle(conn, PATTERNS[name], k, mode == "prepared")
+                    out[mode][name].append((backend_cpu_ns(pid)[0] - c0) / cycles / 1000)
+    finally:
+        for c in conns.values():
+            c.close()
+    return out
+
+
+def _cycle(conn, stmts, key: int, prepare: bool) -> None:
+    for stmt in stmts:
+        if ":k" in stmt:
+            conn.execute(stmt.rstrip(";").replace(":k", "%s"), (key,), prepare=prepare)
+        else:
+            conn.execute(stmt.rstrip(";"), prepare=prepare)
+
+
 def run(ctx: Ctx) -> dict:
     clients_list = ctx.size([1, 8, 32], [1, 4])
     protocols = ["simple", "prepared"]
@@ -96,11 +133,15 @@ def run(ctx: Ctx) -> dict:
                     tps[proto][str(clients)][name].append(pgbench(ctx, scripts[name], clients, seconds, proto))
             log(f"case 2: rep {rep + 1}/{reps} clients {clients}: " + ", ".join(
                 f"{SHORT[n]}={tps['prepared'][str(clients)][n][-1]:.0f}" for n in names))
+    cycles = ctx.size(1200, 100)
+    cpu = cpu_per_cycle(ctx, cycles, ctx.size(5, 1))
+    log("case 2: backend CPU µs/cycle (prepared): " + ", ".join(
+        f"{SHORT[n]}={median(v):.1f}" for n, v in cpu["prepared"].items()))
     profiles = {}
     if not ctx.quick:
         for name in ("advlock xact", "built-in try xact", "advlock session"):
             profiles[name] = profile(ctx, scripts[name])
-    return {"profiles": profiles, "clients": clients_list, "protocols": protocols, "seconds": seconds, "reps": reps,
+    return {"cpu_us": cpu, "cpu_cycles": cycles, "profiles": profiles, "clients": clients_list, "protocols": protocols, "seconds": seconds, "reps": reps,
             "tps": tps, "scripts": {n: KEY + "\n" + "\n".join(s) for n, s in PATTERNS.items()}}
 
 
@@ -155,6 +196,24 @@ Scripts (each starts with `{KEY}`):
         note = "all points pass" if ok else "misses at: " + ", ".join(
             f"{where} ({fmt_ratio(r)})" for where, r in pts if r < thr)
         targets.append(target("2", text, measured, ok, note))
+    cpu = res["cpu_us"]
+    crow = []
+    for mode in ("prepared", "unprepared"):
+        med = {n: median(v) for n, v in cpu[mode].items()}
+        crow.append([mode] + [f"{med[n]:.1f}" for n in names]
+                    + [fmt_ratio(med["built-in try xact"] / med["advlock xact"]),
+                       fmt_ratio(med["client xact (SET LOCAL lock_timeout)"] / med["advlock xact"]),
+                       fmt_ratio(med["client session (SET lock_timeout)"] / med["advlock session"])])
+    md_parts.append(
+        "**Backend CPU per cycle.** The same statements driven from one psycopg connection "
+        f"({len(next(iter(cpu['prepared'].values())))} round(s) of "
+        f"{res.get('cpu_cycles', '')} cycles per pattern, rotated), the backend's CPU-time clock read before and "
+        "after: what one acquire + release costs the server, free of the scheduling noise that dominates "
+        "throughput on a shared 2-core machine. *prepared*: server-side prepared statements; *unprepared*: "
+        "parsed and planned every time (extended protocol, unnamed statement). Ratios > 1 mean advlock costs "
+        "the server less.\n\n"
+        + md_table(["statements"] + [f"{n} µs" for n in names]
+                   + ["built-in try ÷ adv xact", "client xact ÷ adv xact", "client session ÷ adv session"], crow))
     if res.get("profiles"):
         md_parts.append("#### Where an uncontended cycle's time goes (1 client, prepared)\n\n"
                         "Each profile samples the single backend serving pgbench; with one client the backend "
