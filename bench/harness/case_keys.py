@@ -71,26 +71,37 @@ def _net(times: dict, n: int) -> tuple[dict, dict]:
     return net_ns, tput
 
 
+def _net_min(times: dict, n: int) -> dict:
+    """Million keys/s from the fastest run of each (interference on a shared machine only adds time)."""
+    base = min(times[BASE])
+    return {name: 1e3 / max((min(times[name]) - base) / n * 1e9, 1e-3) for name, _ in PATTERNS if name != BASE}
+
+
 def render(res: dict, ctx: Ctx) -> tuple[str, list[dict]]:
     n = res["n"]
     cpu_ns, cpu_tput = _net(res["cpu_s"], n)
     wall_ns, wall_tput = _net(res["wall_s"], n)
+    min_tput = _net_min(res["cpu_s"], n)
     rows = []
     for name, expr in PATTERNS:
         c, w = median(res["cpu_s"][name]) * 1000, median(res["wall_s"][name]) * 1000
+        cmin = min(res["cpu_s"][name]) * 1000
         if name == BASE:
-            rows.append([f"{name}: `{expr}`", f"{c:.0f}", f"{w:.0f}", "", "", "", ""])
+            rows.append([f"{name}: `{expr}`", f"{c:.0f} ({cmin:.0f})", f"{w:.0f}", "", "", "", "", ""])
             continue
-        rows.append([f"`{expr}`", f"{c:.0f}", f"{w:.0f}", f"{cpu_ns[name]:.0f}", f"{cpu_tput[name]:.2f}",
-                     fmt_ratio(cpu_tput[ADV] / cpu_tput[name]), fmt_ratio(wall_tput[ADV] / wall_tput[name])])
-    table = md_table(["expression", "backend CPU ms (median)", "wall ms (median)", "net CPU ns/key",
-                      "net M keys/s (CPU)", "advlock ÷ this (CPU)", "advlock ÷ this (wall)"], rows)
+        rows.append([f"`{expr}`", f"{c:.0f} ({cmin:.0f})", f"{w:.0f}", f"{cpu_ns[name]:.0f}", f"{cpu_tput[name]:.2f}",
+                     fmt_ratio(cpu_tput[ADV] / cpu_tput[name]), fmt_ratio(min_tput[ADV] / min_tput[name]),
+                     fmt_ratio(wall_tput[ADV] / wall_tput[name])])
+    table = md_table(["expression", "backend CPU ms: median (min)", "wall ms (median)", "net CPU ns/key",
+                      "net M keys/s (CPU)", "advlock ÷ this (CPU, medians)", "advlock ÷ this (CPU, fastest runs)",
+                      "advlock ÷ this (wall)"], rows)
 
     def ratio(other):
         return cpu_tput[ADV] / cpu_tput[other]
 
     def wr(other):
-        return f" (wall: {fmt_ratio(wall_tput[ADV] / wall_tput[other])})"
+        return (f" (fastest runs: {fmt_ratio(min_tput[ADV] / min_tput[other])}; "
+                f"wall: {fmt_ratio(wall_tput[ADV] / wall_tput[other])})")
 
     targets = [
         target("1", "advlock_key ≥ 1.0× hashtextextended throughput", fmt_ratio(ratio(HTE)) + wr(HTE),
@@ -112,7 +123,8 @@ including the `ns || ':' || id` concatenation the idioms need and `advlock_key` 
 
 Each query is measured as the executing backend's **CPU time** (its CPU-time clock read before and after)
 and as client wall time. The query is single-threaded and CPU-bound, so CPU time is its throughput without
-the noise of whatever else the machine runs; targets use net CPU throughput, wall ratios are shown alongside.
+much of the noise of whatever else the machine runs (not all: a busy sibling vCPU still slows it, so the ratio
+from each expression's fastest run is shown too). Targets use the medians; wall ratios are shown alongside.
 
 {table}
 

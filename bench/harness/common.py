@@ -207,7 +207,7 @@ def perf_profile(ctx: Ctx, pid: int, workload: Callable[[], object], seconds: fl
         by_dso[dso] = by_dso.get(dso, 0) + pct
     return {"runs": runs, "seconds": seconds, "inclusive": incl[:20], "self": self_rows[:15],
             "self_all": self_rows[:200],
-            "by_dso": sorted(by_dso.items(), key=lambda kv: -kv[1])[:6]}
+            "by_dso": sorted(by_dso.items(), key=lambda kv: -kv[1])}
 
 
 def perf_md(p: dict, what: str) -> str:
@@ -215,7 +215,7 @@ def perf_md(p: dict, what: str) -> str:
         return f"Profile of {what}: {p['error']}.\n"
     runs = f" in a loop for {p['seconds']:.0f} s ({p['runs']} runs)" if p.get("runs") else f" for {p['seconds']:.0f} s"
     head = (f"perf (`cpu-clock`, call graphs) of the backend running {what}{runs}. Samples by shared object: "
-            + ", ".join(f"{d} {pct:.1f}%" for d, pct in p["by_dso"]) + ".")
+            + ", ".join(f"{d} {pct:.1f}%" for d, pct in p["by_dso"][:6]) + ".")
     head += "\n"
     incl = md_table(["inclusive %", "self %", "function (entry frames and unnamed frames omitted)"],
                     [[f"{a:.1f}", f"{b:.1f}", f"`{s}`"] for a, b, s in p["inclusive"]])
