@@ -156,7 +156,7 @@ drift in machine load cancels). One pgbench transaction = one acquire + release 
 
 Scripts (each starts with `{KEY}`):
 
-{md_table(["pattern", "statements"], [[n, "<br>".join(f"`{s}`" for s in PATTERNS[n])] for n in names])}
+{md_table(["pattern", "statements"], [[n, "<br>".join(f"`{s}`" for s in PATTERNS[n])] for n in names], align="ll")}
 """]
     targets = []
     checks = [

@@ -9,7 +9,7 @@ from .common import Ctx, backend_cpu_ns, check, fmt_ratio, log, md_table, median
 # Every expression sees the same generated (ns, id) text pairs: 100 namespaces, N distinct ids.
 # The planner inlines the LATERAL subquery, so each variant pays the same generation cost; the
 # baseline only measures lengths of the generated strings (generation + aggregation overhead).
-BASE = "baseline (generation only)"
+BASE = "baseline (scan only)"
 ADV = "advlock_key(ns, id)"
 HTE = "hashtextextended(ns||':'||id, 0)"
 MD5 = "md5 → bigint"
@@ -112,7 +112,7 @@ def render(res: dict, ctx: Ctx) -> tuple[str, list[dict]]:
     ]
     labels = [name for name, _ in PATTERNS[1:]]
     svg.hbars(f"{ctx.out}/keys_throughput.svg",
-              f"Key derivation: million keys/s per backend, net of generation ({n:,} pairs)",
+              f"Key derivation: million keys/s per backend, net of the scan ({n:,} pairs)",
               labels, [cpu_tput[l] for l in labels], "million keys per CPU-second (higher is better)",
               value_fmt=lambda v: f"{v:.2f} M/s")
     md = f"""Query: `{QUERY.format(expr='<expr>')}` over `{SETUP.split('; ')[-1].format(n=n)}`
