@@ -313,6 +313,20 @@ thread_local! {
     /// while this is borrowed (no PostgreSQL call inside a borrow can end a transaction).
     static HOLDS: RefCell<HashMap<(i64, u32), Hold>> = RefCell::new(HashMap::new());
     static CALLBACKS: Cell<bool> = const { Cell::new(false) };
+    static LAST_SWEEP: Cell<i64> = const { Cell::new(i64::MIN / 2) };
+}
+
+/// Rate limit for the full-table sweep: true at most once per second per backend.
+fn sweep_due() -> bool {
+    const INTERVAL_US: i64 = 1_000_000;
+    let now = shmem::now();
+    LAST_SWEEP.with(|last| {
+        if now - last.get() < INTERVAL_US {
+            return false;
+        }
+        last.set(now);
+        true
+    })
 }
 
 fn mode_flag(mode: Mode) -> u32 {
@@ -379,14 +393,12 @@ pub fn acquired(target: &Target, scope: Scope, mode: Mode) {
         }
         let (since, flags) = (hold.since, hold.flags(mode));
         let mut slot = table.pop_free();
-        if slot.is_none() {
-            // Full: first return what this backend no longer holds, then what vanished
-            // backends left behind, and try once more.
+        if slot.is_none() && sweep_due() {
+            // Full: return what this backend no longer holds and what vanished backends left
+            // behind, then try once more. Both scans are O(entries), so at most once a second.
             prune(&table, &mut holds, |_| true);
-            if table.reclaim_dead() > 0 || table.header.free.load(Ordering::Relaxed) as u32 != NIL
-            {
-                slot = table.pop_free();
-            }
+            table.reclaim_dead();
+            slot = table.pop_free();
         }
         let Some(index) = slot else {
             table.header.dropped.fetch_add(1, Ordering::Relaxed);
