@@ -569,14 +569,17 @@ fn advlock_labels() -> TableIterator<
         )
     };
     let mut rows = Vec::new();
+    let mut may_see: HashMap<u32, bool> = HashMap::new();
     for index in 0..table.slots.len() {
         let Some(s) = table.read(index) else { continue };
         if s.database != database || !shmem::backend_alive(s.procno, s.pid) {
             continue;
         }
-        // SAFETY: catalog lookup of role membership, in a transaction.
-        let visible =
-            all_stats || unsafe { pg_sys::has_privs_of_role(me, pg_sys::Oid::from(s.role)) };
+        let visible = all_stats
+            || *may_see.entry(s.role).or_insert_with(|| {
+                // SAFETY: catalog lookup of role membership, in a transaction.
+                unsafe { pg_sys::has_privs_of_role(me, pg_sys::Oid::from(s.role)) }
+            });
         rows.push((
             s.pid,
             s.key,
