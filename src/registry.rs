@@ -275,7 +275,7 @@ impl Table {
             let slot = &self.slots[index];
             if slot
                 .seq
-                .compare_exchange(s.seq, s.seq + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(s.seq, s.seq.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
                 slot.pid.store(0, Ordering::Relaxed);
@@ -308,10 +308,37 @@ impl Hold {
     }
 }
 
+/// The backend's map hasher: keys are already SipHash outputs (advlock_key), so one multiply
+/// mixes enough; std's SipHash was a visible share of an uncontended acquire.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl core::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_i64(&mut self, n: i64) {
+        self.write_u64(n as u64);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+}
+
+type Holds = HashMap<(i64, u32), Hold, core::hash::BuildHasherDefault<KeyHasher>>;
+
 thread_local! {
     /// (key, FLAG_SHARED or 0) -> hold. Backends are single-threaded; callbacks never run
     /// while this is borrowed (no PostgreSQL call inside a borrow can end a transaction).
-    static HOLDS: RefCell<HashMap<(i64, u32), Hold>> = RefCell::new(HashMap::new());
+    static HOLDS: RefCell<Holds> = RefCell::new(Holds::default());
     static CALLBACKS: Cell<bool> = const { Cell::new(false) };
     static LAST_SWEEP: Cell<i64> = const { Cell::new(i64::MIN / 2) };
 }
@@ -443,7 +470,7 @@ pub fn released_session(key: i64, mode: Mode) {
 }
 
 /// Drops every hold for which `consider` is true and whose lock this backend no longer holds.
-fn prune(table: &Table, holds: &mut HashMap<(i64, u32), Hold>, consider: impl Fn(&Hold) -> bool) {
+fn prune(table: &Table, holds: &mut Holds, consider: impl Fn(&Hold) -> bool) {
     holds.retain(|&(key, mode), hold| {
         if !consider(hold) || lockmgr::held_by_me(key, mode_of(mode)) {
             return true;
@@ -456,7 +483,7 @@ fn prune(table: &Table, holds: &mut HashMap<(i64, u32), Hold>, consider: impl Fn
 }
 
 /// Top-level transaction end, after the lock manager released transaction-level locks.
-fn end_of_transaction(table: &Table, holds: &mut HashMap<(i64, u32), Hold>) {
+fn end_of_transaction(table: &Table, holds: &mut Holds) {
     holds.retain(|&(key, mode), hold| {
         let was_session_only = hold.xact == 0;
         hold.xact = 0;
