@@ -20,5 +20,4 @@ COMMENT ON VIEW @extschema@.advlock_stats_info IS
   'advlock: fill level of the shared label and statistics tables (all databases) and the entries dropped because they were full; needs shared_preload_libraries';
 
 -- Resetting forgets counters other roles rely on: superusers only, unless granted.
-REVOKE ALL ON FUNCTION @extschema@.advlock_stats_reset() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.advlock_stats_reset(pg_catalog.text) FROM PUBLIC;

@@ -410,30 +410,24 @@ fn advlock_stats() -> TableIterator<
     }))
 }
 
-/// Forgets every namespace's counters in this database. Returns the reset time.
-#[pg_extern(name = "advlock_stats_reset", volatile, parallel_unsafe)]
-fn advlock_stats_reset_all() -> Option<TimestampWithTimeZone> {
+/// Forgets the counters of namespace `ns` in this database, or of every namespace (the
+/// bare-key row included) when `ns` is NULL. Returns the reset time.
+#[pg_extern(volatile, parallel_unsafe)]
+fn advlock_stats_reset(ns: default!(Option<ServerText>, "NULL")) -> Option<TimestampWithTimeZone> {
     let table = require("advlock_stats_reset");
     let database = current_database();
+    let ns = ns.as_ref().map(|ns| clip(ns.as_bytes()));
     table.lock(pg_sys::LWLockMode::LW_EXCLUSIVE);
-    table.retain(|e| e.database != database);
-    table.unlock();
-    shmem::timestamptz(shmem::now())
-}
-
-/// Forgets one namespace's counters in this database (NULL: the bare-key row).
-#[pg_extern(name = "advlock_stats_reset", volatile, parallel_unsafe)]
-fn advlock_stats_reset_ns(ns: Option<ServerText>) -> Option<TimestampWithTimeZone> {
-    let table = require("advlock_stats_reset");
-    let bytes = ns.as_ref().map(|ns| clip(ns.as_bytes()));
-    let key = Key::new(current_database(), bytes);
-    table.lock(pg_sys::LWLockMode::LW_EXCLUSIVE);
-    if table.probe(&key).1 {
-        table.retain(|e| {
-            !(e.database == key.database
-                && (e.has_ns != 0) == key.ns.is_some()
-                && key.ns.is_none_or(|ns| &e.ns[..e.ns_len as usize] == ns))
-        });
+    match ns {
+        None => table.retain(|e| e.database != database),
+        Some(ns) => {
+            let key = Key::new(database, Some(ns));
+            if table.probe(&key).1 {
+                table.retain(|e| {
+                    !(e.database == database && e.has_ns != 0 && &e.ns[..e.ns_len as usize] == ns)
+                });
+            }
+        }
     }
     table.unlock();
     shmem::timestamptz(shmem::now())
@@ -472,5 +466,5 @@ fn advlock_stats_info() -> TableIterator<
 pgrx::extension_sql_file!(
     "../sql/stats.sql",
     name = "stats",
-    requires = [advlock_stats, advlock_stats_reset_all, advlock_stats_reset_ns, advlock_stats_info]
+    requires = [advlock_stats, advlock_stats_reset, advlock_stats_info]
 );
