@@ -275,7 +275,12 @@ impl Table {
             let slot = &self.slots[index];
             if slot
                 .seq
-                .compare_exchange(s.seq, s.seq.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(
+                    s.seq,
+                    s.seq.wrapping_add(1),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
                 .is_ok()
             {
                 slot.pid.store(0, Ordering::Relaxed);
@@ -386,21 +391,24 @@ fn compose(ns: &[u8], id: &[u8], out: &mut [u8; LABEL_BYTES + 8]) -> usize {
     }
     // SAFETY: `out[..n]` is initialised; pg_mbcliplen reads at most `n` bytes (the first byte
     // of each character decides its length) and returns a length <= LABEL_BYTES.
-    let clipped = unsafe {
-        pg_sys::pg_mbcliplen(out.as_ptr().cast(), n as i32, LABEL_BYTES as i32)
-    };
+    let clipped =
+        unsafe { pg_sys::pg_mbcliplen(out.as_ptr().cast(), n as i32, LABEL_BYTES as i32) };
     (clipped.max(0) as usize).min(LABEL_BYTES)
 }
 
 /// After a successful acquisition: record (or re-count) the label of an `(ns, id)` lock.
 /// Never fails and never waits; a no-op without preload or for bare keys.
 pub fn acquired(target: &Target, scope: Scope, mode: Mode) {
-    let Some((ns, id)) = &target.label else { return };
+    let Some((ns, id)) = &target.label else {
+        return;
+    };
     let Some(table) = table() else { return };
     register_callbacks();
     let mode = mode_flag(mode);
     HOLDS.with(|holds| {
-        let Ok(mut holds) = holds.try_borrow_mut() else { return };
+        let Ok(mut holds) = holds.try_borrow_mut() else {
+            return;
+        };
         let hold = holds.entry((target.key, mode)).or_insert_with(|| Hold {
             slot: NIL,
             xact: 0,
@@ -450,8 +458,12 @@ pub fn released_session(key: i64, mode: Mode) {
     let Some(table) = table() else { return };
     let mode = mode_flag(mode);
     HOLDS.with(|holds| {
-        let Ok(mut holds) = holds.try_borrow_mut() else { return };
-        let Some(hold) = holds.get_mut(&(key, mode)) else { return };
+        let Ok(mut holds) = holds.try_borrow_mut() else {
+            return;
+        };
+        let Some(hold) = holds.get_mut(&(key, mode)) else {
+            return;
+        };
         hold.session = hold.session.saturating_sub(1);
         if hold.session > 0 {
             return;
@@ -508,7 +520,10 @@ fn register_callbacks() {
         // SAFETY: registration allocates in TopMemoryContext / the exit-callback array; done
         // once per backend, from a function running inside a transaction.
         unsafe {
-            pg_sys::RegisterResourceReleaseCallback(Some(on_resource_release), core::ptr::null_mut());
+            pg_sys::RegisterResourceReleaseCallback(
+                Some(on_resource_release),
+                core::ptr::null_mut(),
+            );
             pg_sys::before_shmem_exit(Some(on_exit), pg_sys::Datum::from(0));
         }
         done.set(true);
@@ -527,14 +542,17 @@ unsafe extern "C-unwind" fn on_resource_release(
     }
     let Some(table) = table() else { return };
     HOLDS.with(|holds| {
-        let Ok(mut holds) = holds.try_borrow_mut() else { return };
+        let Ok(mut holds) = holds.try_borrow_mut() else {
+            return;
+        };
         if holds.is_empty() {
             return;
         }
         if is_top_level {
             // SAFETY: reads backend-local globals; during ResourceOwnerRelease,
             // CurrentResourceOwner is the owner being released.
-            let top = unsafe { pg_sys::CurrentResourceOwner == pg_sys::TopTransactionResourceOwner };
+            let top =
+                unsafe { pg_sys::CurrentResourceOwner == pg_sys::TopTransactionResourceOwner };
             if top {
                 end_of_transaction(&table, &mut holds);
             }
@@ -549,7 +567,9 @@ unsafe extern "C-unwind" fn on_resource_release(
 unsafe extern "C-unwind" fn on_exit(_code: i32, _arg: pg_sys::Datum) {
     let Some(table) = table() else { return };
     HOLDS.with(|holds| {
-        let Ok(mut holds) = holds.try_borrow_mut() else { return };
+        let Ok(mut holds) = holds.try_borrow_mut() else {
+            return;
+        };
         for (_, hold) in holds.drain() {
             if hold.slot != NIL {
                 table.free(hold.slot);
@@ -572,6 +592,7 @@ pub fn usage() -> Option<(i64, i64, i64)> {
 /// mode. No rows without preload. The label is NULL unless the caller may see that backend's
 /// activity (same role, or pg_read_all_stats), as for `pg_stat_activity.query`.
 #[pg_extern(volatile, parallel_restricted)]
+#[allow(clippy::type_complexity)]
 fn advlock_labels() -> TableIterator<
     'static,
     (
@@ -610,10 +631,18 @@ fn advlock_labels() -> TableIterator<
         rows.push((
             s.pid,
             s.key,
-            if s.flags & FLAG_SHARED != 0 { "shared" } else { "exclusive" },
-            if s.flags & FLAG_SESSION != 0 { "session" } else { "xact" },
+            if s.flags & FLAG_SHARED != 0 {
+                "shared"
+            } else {
+                "exclusive"
+            },
+            if s.flags & FLAG_SESSION != 0 {
+                "session"
+            } else {
+                "xact"
+            },
             shmem::timestamptz(s.since),
-            visible.then(|| ServerTextOut(s.label)),
+            visible.then_some(ServerTextOut(s.label)),
         ));
     }
     TableIterator::new(rows)

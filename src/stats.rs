@@ -71,7 +71,8 @@ pub unsafe fn shmem_attach() {
         let header = ptr.cast::<Header>();
         if !found {
             core::ptr::write_bytes(ptr, 0, shmem_size());
-            (*header).lock = &raw mut (*pg_sys::GetNamedLWLockTranche(shmem::TRANCHE.as_ptr())).lock;
+            (*header).lock =
+                &raw mut (*pg_sys::GetNamedLWLockTranche(shmem::TRANCHE.as_ptr())).lock;
             (*header).capacity = capacity as u32;
             (*header).buckets = buckets_for(capacity) as u32;
         }
@@ -114,7 +115,11 @@ impl<'a> Key<'a> {
         database.to_le_bytes().into_iter().for_each(&mut eat);
         eat(ns.is_some() as u8);
         ns.unwrap_or_default().iter().copied().for_each(&mut eat);
-        Key { database, ns, hash: h }
+        Key {
+            database,
+            ns,
+            hash: h,
+        }
     }
 }
 
@@ -126,7 +131,13 @@ impl Table {
 
     fn entry(&self, index: usize) -> *mut Entry {
         // SAFETY: `buckets` entries follow the header (see shmem_size).
-        unsafe { self.0.cast::<u8>().add(size_of::<Header>()).cast::<Entry>().add(index) }
+        unsafe {
+            self.0
+                .cast::<u8>()
+                .add(size_of::<Header>())
+                .cast::<Entry>()
+                .add(index)
+        }
     }
 
     fn try_lock(&self, mode: pg_sys::LWLockMode::Type) -> bool {
@@ -190,7 +201,14 @@ impl Table {
             (*e).ns_len = ns.len() as u32;
             (&mut (*e).ns)[..ns.len()].copy_from_slice(ns);
             (*e).since.store(since, Ordering::Relaxed);
-            for c in [&(*e).acquisitions, &(*e).immediate, &(*e).waits, &(*e).timeouts, &(*e).wait_us, &(*e).max_wait_us] {
+            for c in [
+                &(*e).acquisitions,
+                &(*e).immediate,
+                &(*e).waits,
+                &(*e).timeouts,
+                &(*e).wait_us,
+                &(*e).max_wait_us,
+            ] {
                 c.store(0, Ordering::Relaxed);
             }
             (*header).used += 1;
@@ -202,6 +220,8 @@ impl Table {
     /// valid. Caller holds the lock exclusively.
     fn retain(&self, keep: impl Fn(&Entry) -> bool) {
         let buckets = self.header().buckets as usize;
+        // (database, namespace, counters, since) of the entries that stay.
+        #[allow(clippy::type_complexity)]
         let mut kept: Vec<(u32, Option<Vec<u8>>, [u64; 6], i64)> = Vec::new();
         for index in 0..buckets {
             // SAFETY: exclusive lock held.
@@ -226,7 +246,14 @@ impl Table {
             if self.insert(index, &key, since) {
                 // SAFETY: just inserted at `index`, exclusive lock held.
                 let e = unsafe { &*self.entry(index) };
-                let fields = [&e.acquisitions, &e.immediate, &e.waits, &e.timeouts, &e.wait_us, &e.max_wait_us];
+                let fields = [
+                    &e.acquisitions,
+                    &e.immediate,
+                    &e.waits,
+                    &e.timeouts,
+                    &e.wait_us,
+                    &e.max_wait_us,
+                ];
                 for (field, value) in fields.into_iter().zip(values) {
                     field.store(value, Ordering::Relaxed);
                 }
@@ -263,7 +290,14 @@ fn apply(e: &Entry, outcome: Outcome) {
         Outcome::Busy => add(&e.timeouts, 1),
         Outcome::Waited { acquired, micros } => {
             waited(micros);
-            add(if acquired { &e.acquisitions } else { &e.timeouts }, 1);
+            add(
+                if acquired {
+                    &e.acquisitions
+                } else {
+                    &e.timeouts
+                },
+                1,
+            );
         }
         Outcome::WaitFailed { micros } => waited(micros),
     }
@@ -361,6 +395,7 @@ fn require(function: &str) -> Table {
 
 /// One row per namespace used in this database since counting started (NULL: bare keys).
 #[pg_extern(volatile, parallel_safe)]
+#[allow(clippy::type_complexity)]
 fn advlock_stats() -> TableIterator<
     'static,
     (
@@ -396,18 +431,20 @@ fn advlock_stats() -> TableIterator<
     table.unlock();
     // By namespace, the bare-key (NULL) row last, as ORDER BY ns would.
     rows.sort_by(|a, b| (a.0.is_none(), &a.0).cmp(&(b.0.is_none(), &b.0)));
-    TableIterator::new(rows.into_iter().map(|(ns, [acq, imm, waits, timeouts], wait_us, max_us, since)| {
-        (
-            ns.map(ServerTextOut),
-            acq as i64,
-            imm as i64,
-            waits as i64,
-            timeouts as i64,
-            wait_us as f64 / 1000.0,
-            max_us as f64 / 1000.0,
-            shmem::timestamptz(since),
-        )
-    }))
+    TableIterator::new(rows.into_iter().map(
+        |(ns, [acq, imm, waits, timeouts], wait_us, max_us, since)| {
+            (
+                ns.map(ServerTextOut),
+                acq as i64,
+                imm as i64,
+                waits as i64,
+                timeouts as i64,
+                wait_us as f64 / 1000.0,
+                max_us as f64 / 1000.0,
+                shmem::timestamptz(since),
+            )
+        },
+    ))
 }
 
 /// Forgets the counters of namespace `ns` in this database, or of every namespace (the
@@ -447,8 +484,7 @@ fn advlock_stats_info() -> TableIterator<
     ),
 > {
     let table = require("advlock_stats_info");
-    let (labels_in_use, max_labels, labels_dropped) =
-        registry::usage().unwrap_or((0, 0, 0));
+    let (labels_in_use, max_labels, labels_dropped) = registry::usage().unwrap_or((0, 0, 0));
     table.lock(pg_sys::LWLockMode::LW_SHARED);
     let header = table.header();
     let (used, capacity) = (header.used as i64, header.capacity as i64);

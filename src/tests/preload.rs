@@ -32,31 +32,57 @@ mod tests {
 
     #[pg_test]
     fn labels_fill_holders_for_ns_id_locks() {
-        assert!(one_bool("SELECT advlock_try_with_timeout('pgrx-labels', 'a', 0)"));
-        assert!(one_bool("SELECT advlock_try_with_timeout('pgrx-labels', 7, 0, 'session')"));
-        assert!(one_bool("SELECT advlock_try_with_timeout('pgrx-labels', 'sh', 0, 'session', 'shared')"));
+        assert!(one_bool(
+            "SELECT advlock_try_with_timeout('pgrx-labels', 'a', 0)"
+        ));
+        assert!(one_bool(
+            "SELECT advlock_try_with_timeout('pgrx-labels', 7, 0, 'session')"
+        ));
+        assert!(one_bool(
+            "SELECT advlock_try_with_timeout('pgrx-labels', 'sh', 0, 'session', 'shared')"
+        ));
         if preloaded() {
-            assert_eq!(my_label("advlock_key('pgrx-labels', 'a')"), "pgrx-labels:a|xact|exclusive|true");
-            assert_eq!(my_label("advlock_key('pgrx-labels', 7)"), "pgrx-labels:7|session|exclusive|true");
-            assert_eq!(my_label("advlock_key('pgrx-labels', 'sh')"), "pgrx-labels:sh|session|shared|true");
+            assert_eq!(
+                my_label("advlock_key('pgrx-labels', 'a')"),
+                "pgrx-labels:a|xact|exclusive|true"
+            );
+            assert_eq!(
+                my_label("advlock_key('pgrx-labels', 7)"),
+                "pgrx-labels:7|session|exclusive|true"
+            );
+            assert_eq!(
+                my_label("advlock_key('pgrx-labels', 'sh')"),
+                "pgrx-labels:sh|session|shared|true"
+            );
         } else {
-            assert_eq!(my_label("advlock_key('pgrx-labels', 'a')"), "-|-|exclusive|-");
+            assert_eq!(
+                my_label("advlock_key('pgrx-labels', 'a')"),
+                "-|-|exclusive|-"
+            );
             assert_eq!(one_i64("SELECT count(*) FROM advlock_labels()"), 0);
         }
         // advlock_unlock removes the entry with the last session hold.
         assert!(one_bool("SELECT advlock_unlock('pgrx-labels', 7)"));
         assert_eq!(my_label("advlock_key('pgrx-labels', 7)"), "none");
         assert_eq!(my_entries("advlock_key('pgrx-labels', 7)"), 0);
-        assert!(one_bool("SELECT advlock_unlock('pgrx-labels', 'sh', 'shared')"));
+        assert!(one_bool(
+            "SELECT advlock_unlock('pgrx-labels', 'sh', 'shared')"
+        ));
         assert_eq!(my_entries("advlock_key('pgrx-labels', 'sh')"), 0);
     }
 
     #[pg_test]
     fn reentrant_holds_share_one_entry_and_track_scope() {
         let key = "advlock_key('pgrx-reenter', 1)";
-        assert!(one_bool("SELECT advlock_try_with_timeout('pgrx-reenter', 1, 0)"));
-        assert!(one_bool("SELECT advlock_try_with_timeout('pgrx-reenter', '1', 0, 'session')"));
-        assert!(one_bool("SELECT advlock_try_with_timeout('pgrx-reenter', 1, 0, 'session')"));
+        assert!(one_bool(
+            "SELECT advlock_try_with_timeout('pgrx-reenter', 1, 0)"
+        ));
+        assert!(one_bool(
+            "SELECT advlock_try_with_timeout('pgrx-reenter', '1', 0, 'session')"
+        ));
+        assert!(one_bool(
+            "SELECT advlock_try_with_timeout('pgrx-reenter', 1, 0, 'session')"
+        ));
         if !preloaded() {
             assert_eq!(my_entries(key), 0);
             return;
@@ -77,15 +103,22 @@ mod tests {
         assert!(one_bool("SELECT advlock_try_with_timeout(-918273, 0)"));
         Spi::run("SELECT pg_advisory_xact_lock(advlock_key('pgrx-builtin', 1))").unwrap();
         assert_eq!(my_label("-918273"), "-|-|exclusive|-");
-        assert_eq!(my_label("advlock_key('pgrx-builtin', 1)"), "-|-|exclusive|-");
+        assert_eq!(
+            my_label("advlock_key('pgrx-builtin', 1)"),
+            "-|-|exclusive|-"
+        );
         assert_eq!(my_entries("-918273"), 0);
     }
 
     #[pg_test]
     fn labels_are_truncated_at_a_character_boundary() {
         // 'pgrx-trunc:' is 11 bytes, each 'é' 2: 58 of them fill 127 bytes exactly.
-        assert!(one_bool("SELECT advlock_try_with_timeout('pgrx-trunc', repeat('é', 100), 0)"));
-        assert!(one_bool("SELECT advlock_try_with_timeout('pgrx-trunc', 'x' || repeat('é', 100), 0)"));
+        assert!(one_bool(
+            "SELECT advlock_try_with_timeout('pgrx-trunc', repeat('é', 100), 0)"
+        ));
+        assert!(one_bool(
+            "SELECT advlock_try_with_timeout('pgrx-trunc', 'x' || repeat('é', 100), 0)"
+        ));
         if !preloaded() {
             return;
         }
@@ -119,7 +152,10 @@ mod tests {
             return;
         }
         Spi::run("SELECT advlock_stats_reset('pgrx-stats')").unwrap();
-        assert_eq!(one_i64("SELECT count(*) FROM advlock_stats WHERE ns = 'pgrx-stats'"), 0);
+        assert_eq!(
+            one_i64("SELECT count(*) FROM advlock_stats WHERE ns = 'pgrx-stats'"),
+            0
+        );
         for sql in [
             "SELECT advlock_try_with_timeout('pgrx-stats', 1, 0)",
             "SELECT advlock_try_with_timeout('pgrx-stats', 'two', 1000, 'session')",
@@ -139,7 +175,10 @@ mod tests {
         );
         // Per-namespace reset forgets exactly that row.
         Spi::run("SELECT advlock_stats_reset('pgrx-stats')").unwrap();
-        assert_eq!(one_i64("SELECT count(*) FROM advlock_stats WHERE ns = 'pgrx-stats'"), 0);
+        assert_eq!(
+            one_i64("SELECT count(*) FROM advlock_stats WHERE ns = 'pgrx-stats'"),
+            0
+        );
         Spi::run("SELECT advlock_try_with_timeout('pgrx-stats', 1, 0)").unwrap();
         assert_eq!(
             one_i64("SELECT acquisitions FROM advlock_stats WHERE ns = 'pgrx-stats'"),
@@ -153,9 +192,13 @@ mod tests {
         if !preloaded() {
             return;
         }
-        let before = one_i64("SELECT coalesce((SELECT acquisitions FROM advlock_stats WHERE ns IS NULL), 0)");
+        let before = one_i64(
+            "SELECT coalesce((SELECT acquisitions FROM advlock_stats WHERE ns IS NULL), 0)",
+        );
         assert!(one_bool("SELECT advlock_try_with_timeout(-5550001, 0)"));
-        assert!(one_bool("SELECT advlock_try_with_timeout(-5550002, 0, 'xact', 'shared')"));
+        assert!(one_bool(
+            "SELECT advlock_try_with_timeout(-5550002, 0, 'xact', 'shared')"
+        ));
         // Other tests may count bare keys concurrently: at least ours are there.
         assert!(one_i64("SELECT acquisitions FROM advlock_stats WHERE ns IS NULL") >= before + 2);
     }
@@ -204,7 +247,9 @@ mod tests {
         if !preloaded() {
             return;
         }
-        assert!(one_bool("SELECT advlock_try_with_timeout('pgrx-private', 'secret', 0)"));
+        assert!(one_bool(
+            "SELECT advlock_try_with_timeout('pgrx-private', 'secret', 0)"
+        ));
         Spi::run("CREATE ROLE advlock_pgrx_reader NOLOGIN").unwrap();
         Spi::run("GRANT SELECT ON advlock_holders TO advlock_pgrx_reader").unwrap();
         Spi::run("SET LOCAL ROLE advlock_pgrx_reader").unwrap();
