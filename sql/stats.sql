@@ -19,5 +19,9 @@ SELECT i.labels_in_use, i.max_labels, i.labels_dropped,
 COMMENT ON VIEW @extschema@.advlock_stats_info IS
   'advlock: fill level of the shared label and statistics tables (all databases) and the entries dropped because they were full; needs shared_preload_libraries';
 
+-- Readable by everyone, like advlock_holders and pg_stat_statements (namespace names and
+-- counts; no ids, no query text).
+GRANT SELECT ON @extschema@.advlock_stats, @extschema@.advlock_stats_info TO PUBLIC;
+
 -- Resetting forgets counters other roles rely on: superusers only, unless granted.
 REVOKE ALL ON FUNCTION @extschema@.advlock_stats_reset(pg_catalog.text) FROM PUBLIC;
