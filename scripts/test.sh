@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # advlock's test command: installs what is missing (scripts/setup.sh), then runs every suite
 #   1. cargo pgrx test pg17          in-database #[pg_test]s and Rust unit tests
-#   2. pg_test/run.sh                pg_regress, pg_isolation_regress, real clients + PgBouncer
+#      (preloaded, then again with ADVLOCK_PGRX_PRELOAD=off)
+#   2. pg_test/run.sh                pg_regress, pg_isolation_regress, real clients + PgBouncer;
+#      regress + isolation again with shared_preload_libraries = 'advlock', and regress once
+#      more with tiny label/namespace capacities (full tables)
 #   3. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
 #   4. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
 # and prints one closing line: "advlock: N passed, M failed". Exits non-zero on any failure.
@@ -28,20 +31,37 @@ if [ "$(id -u)" = 0 ]; then
   runas=(--runas postgres --pgdata "$pgdata/data")
 fi
 log=$(mktemp /tmp/advlock-pgrx-test.XXXXXX.log)
-cargo pgrx test pg17 "${runas[@]}" 2>&1 | tee "$log" | grep -E '^test |^test result:|panicked|^error' || true
-rc=${PIPESTATUS[0]}
-read -r p f < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-                    END { print p + 0, f + 0 }' "$log")
-if [ "$rc" -ne 0 ]; then
-  status=1; [ "$f" -gt 0 ] || f=1
-  grep -E 'Client Error|left:|right:|ERROR' -A3 "$log" | head -60
-fi
-echo "pgrx $p $f" >>"$summary"
+# pgrx_pass NAME: one `cargo pgrx test` run, counted as NAME in the summary.
+pgrx_pass() {
+  cargo pgrx test pg17 "${runas[@]}" 2>&1 | tee "$log" | grep -E '^test |^test result:|panicked|^error' || true
+  local rc=${PIPESTATUS[0]} p f
+  read -r p f < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+                      END { print p + 0, f + 0 }' "$log")
+  if [ "$rc" -ne 0 ]; then
+    status=1; [ "$f" -gt 0 ] || f=1
+    grep -E 'Client Error|left:|right:|ERROR' -A3 "$log" | head -60
+  fi
+  echo "$1 $p $f" >>"$summary"
+}
+pgrx_pass pgrx                                  # advlock preloaded (src/lib.rs pg_test options)
+section "cargo pgrx test pg17, not preloaded"
+ADVLOCK_PGRX_PRELOAD=off pgrx_pass pgrx-nopre
 
 section "install the extension into PostgreSQL 17"
 if cargo pgrx install --pg-config "$PG_CONFIG" >"$log" 2>&1; then
   section "pg_test suites"
   "$repo/pg_test/run.sh" || status=1
+  # Labels and statistics need shared_preload_libraries; the same specs and regress files
+  # expect their other output (name_1.out) there. Counted as preload-regress etc.
+  presummary=$(mktemp /tmp/advlock-summary-preload.XXXXXX)
+  section "pg_test suites, preloaded"
+  ADVLOCK_SUMMARY=$presummary ADVLOCK_TEST_CONF="shared_preload_libraries = 'advlock'" \
+    "$repo/pg_test/run.sh" regress isolation || status=1
+  sed 's/^/preload-/' "$presummary" >>"$summary"; : >"$presummary"
+  section "pg_test regress, preloaded with tiny capacities (full tables)"
+  ADVLOCK_SUMMARY=$presummary ADVLOCK_TEST_CONF=$'shared_preload_libraries = \'advlock\'\nadvlock.max_labels = 2\nadvlock.max_namespaces = 2' \
+    "$repo/pg_test/run.sh" regress || status=1
+  sed 's/^/tiny-/' "$presummary" >>"$summary"
 else
   tail -30 "$log"; echo "install 0 1" >>"$summary"; status=1
 fi
@@ -59,7 +79,7 @@ if [ -x "$repo/bench/run.sh" ]; then
 fi
 
 section "summary"
-awk '{ printf "  %-12s %5d passed, %d failed\n", $1, $2, $3; p += $2; f += $3 }
+awk '{ printf "  %-16s %5d passed, %d failed\n", $1, $2, $3; p += $2; f += $3 }
      END { printf "advlock: %d passed, %d failed\n", p, f }' "$summary"
 awk '{ f += $3 } END { exit f > 0 }' "$summary" || status=1
 exit $status

@@ -39,11 +39,21 @@ SELECT
     l.waiting_since,
     -- pg_blocking_pids takes every lock-partition lock: only call it for waiters.
     CASE WHEN NOT l.granted THEN pg_catalog.pg_blocking_pids(l.pid) END                 AS blocked_by,
-    NULL::pg_catalog.text                                                               AS label
+    -- Preloaded only (NULL otherwise): what advlock recorded when it granted this lock.
+    lb.label,
+    lb.scope,
+    lb.held_since
 -- advlock_lock_entries(): pg_lock_status() filtered to this database's advisory locks in C,
 -- before any tuple is built, so other locks cost next to nothing.
 FROM @extschema@.advlock_lock_entries() l
 LEFT JOIN backends a ON a.pid OPERATOR(pg_catalog.=) l.pid
+-- A recorded label only ever shows next to a granted lock of the same backend, key and mode
+-- that the lock manager reports right now: a stale entry matches nothing.
+LEFT JOIN @extschema@.advlock_labels() lb
+       ON l.granted
+      AND lb.pid OPERATOR(pg_catalog.=) l.pid
+      AND lb.key OPERATOR(pg_catalog.=) l.key
+      AND lb.mode OPERATOR(pg_catalog.=) l.mode
 -- idle_for is computed once per row so is_idle_holder and idle_for never disagree.
 CROSS JOIN LATERAL (
     SELECT CASE WHEN a.state OPERATOR(pg_catalog.~~) 'idle%'

@@ -4,7 +4,9 @@ use crate::errors::Report;
 use crate::gucs;
 use crate::lock_request::{timeout, Mode, Scope, Target};
 use crate::lockmgr;
+use crate::registry;
 use crate::server_text::ServerText;
+use crate::stats::{self, Outcome};
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::prelude::*;
 use std::time::Instant;
@@ -14,7 +16,8 @@ const LOCK: &str = "advlock_lock_with_timeout";
 const UNLOCK: &str = "advlock_unlock";
 
 /// The whole acquisition: checks, a no-wait try, then (only if busy) a bounded wait.
-/// The uncontended path opens no subtransaction and allocates nothing.
+/// The uncontended path opens no subtransaction. When preloaded, the outcome is counted per
+/// namespace (`stats`) and an `(ns, id)` lock gets a label (`registry`); neither waits or fails.
 fn acquire(function: &str, target: &Target, timeout_ms: i32, scope: Scope, mode: Mode) -> bool {
     lockmgr::prevent_in_parallel_mode();
     if lockmgr::in_recovery() && !gucs::ALLOW_ON_STANDBY.get() {
@@ -35,9 +38,22 @@ fn acquire(function: &str, target: &Target, timeout_ms: i32, scope: Scope, mode:
         .warn();
     }
     if lockmgr::try_acquire(target.key, mode, scope) {
+        stats::count(target, Outcome::Immediate);
+        registry::acquired(target, scope, mode);
         return true;
     }
-    timeout_ms > 0 && lockmgr::acquire_within(target.key, mode, scope, timeout_ms)
+    if timeout_ms == 0 {
+        stats::count(target, Outcome::Busy);
+        return false;
+    }
+    // Counted however the wait ends, an error (deadlock, cancel) included.
+    let wait = stats::Wait::start(target);
+    let acquired = lockmgr::acquire_within(target.key, mode, scope, timeout_ms);
+    wait.end(acquired);
+    if acquired {
+        registry::acquired(target, scope, mode);
+    }
+    acquired
 }
 
 fn try_with_timeout(
@@ -85,7 +101,11 @@ fn lock_with_timeout(
 
 fn unlock(target: Target, mode: Option<ServerText>) -> bool {
     let mode = Mode::parse(mode, UNLOCK);
-    lockmgr::release_session(target.key, mode)
+    let released = lockmgr::release_session(target.key, mode);
+    if released {
+        registry::released_session(target.key, mode);
+    }
+    released
 }
 
 #[pg_extern(name = "advlock_try_with_timeout")]

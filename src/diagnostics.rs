@@ -79,7 +79,11 @@ fn advlock_lock_entries() -> TableIterator<
 pgrx::extension_sql_file!(
     "../sql/holders.sql",
     name = "holders",
-    requires = [advlock_idle_threshold, advlock_lock_entries]
+    requires = [
+        advlock_idle_threshold,
+        advlock_lock_entries,
+        registry::advlock_labels
+    ]
 );
 
 /// "Held by PID 123 (application_name "worker", state "idle")." for a lock-timeout DETAIL:

@@ -9,7 +9,16 @@ pub static IDLE_THRESHOLD_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 /// primary; acquisition refuses there unless this is on.
 pub static ALLOW_ON_STANDBY: GucSetting<bool> = GucSetting::<bool>::new(false);
 
-pub fn init() {
+/// Preloaded only: label entries in shared memory (one per backend, key and mode held
+/// through an `(ns, id)` form). When full, locks are still taken; advlock_stats_info counts them.
+pub static MAX_LABELS: GucSetting<i32> = GucSetting::<i32>::new(4096);
+
+/// Preloaded only: (database, namespace) rows counted in advlock_stats.
+pub static MAX_NAMESPACES: GucSetting<i32> = GucSetting::<i32>::new(256);
+
+/// `preloading`: called from shared_preload_libraries, the only time capacity settings
+/// (postmaster context) may be defined.
+pub fn init(preloading: bool) {
     GucRegistry::define_int_guc(
         c"advlock.idle_threshold",
         c"Idle time after which a backend holding advisory locks is reported as an idle holder (a likely leak).",
@@ -28,6 +37,28 @@ pub fn init() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    if preloading {
+        GucRegistry::define_int_guc(
+            c"advlock.max_labels",
+            c"Maximum number of lock labels advlock keeps in shared memory.",
+            c"One entry per backend, key and mode taken through an (ns, id) form. When full, locks are still taken without a label and advlock_stats_info.labels_dropped counts them.",
+            &MAX_LABELS,
+            1,
+            1_000_000,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
+        GucRegistry::define_int_guc(
+            c"advlock.max_namespaces",
+            c"Maximum number of (database, namespace) rows counted in advlock_stats.",
+            c"When full, acquisitions in new namespaces are not counted and advlock_stats_info.stats_dropped counts them.",
+            &MAX_NAMESPACES,
+            1,
+            100_000,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
+    }
     // Reserve the prefix so a typo such as advlock.idle_treshold is reported, not kept silently.
     // SAFETY: called once from _PG_init with a static NUL-terminated string.
     unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"advlock".as_ptr()) };

@@ -10,7 +10,10 @@ mod gucs;
 mod keys;
 mod lock_request;
 mod lockmgr;
+mod registry;
 mod server_text;
+mod shmem;
+mod stats;
 
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;
@@ -21,7 +24,12 @@ pub use keys::advlock_key_bytes;
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    gucs::init();
+    // Labels and statistics live in shared memory, which only a preloaded library can get.
+    let preloading = shmem::preloading();
+    gucs::init(preloading);
+    if preloading {
+        shmem::install_hooks();
+    }
 }
 
 /// Required by `cargo pgrx test`.
@@ -29,8 +37,14 @@ pub extern "C-unwind" fn _PG_init() {
 pub mod pg_test {
     pub fn setup(_options: Vec<&str>) {}
 
+    /// The suite runs with advlock preloaded, so labels and statistics are exercised in
+    /// shared memory; ADVLOCK_PGRX_PRELOAD=off runs it without (each test asserts what its
+    /// configuration should do).
     #[must_use]
     pub fn postgresql_conf_options() -> Vec<&'static str> {
-        vec![]
+        match std::env::var("ADVLOCK_PGRX_PRELOAD").as_deref() {
+            Ok("off") => vec![],
+            _ => vec!["shared_preload_libraries = 'advlock'"],
+        }
     }
 }

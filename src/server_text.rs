@@ -103,3 +103,34 @@ unsafe impl<'fcx> ArgAbi<'fcx> for ServerText<'fcx> {
 }
 
 pgrx::pgrx_sql_entity_graph::impl_sql_translatable!(ServerText<'_>, arg_only = "text");
+
+/// A `text` result from bytes already in the server encoding (e.g. a label copied from
+/// shared memory by a backend of the same database): returned as is, without conversion.
+pub struct ServerTextOut(pub Vec<u8>);
+
+impl pgrx::IntoDatum for ServerTextOut {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        // text and bytea share the varlena layout; the bytes are valid in the server encoding.
+        self.0.as_slice().into_datum()
+    }
+
+    fn type_oid() -> pg_sys::Oid {
+        pg_sys::TEXTOID
+    }
+}
+
+// SAFETY: returns the datum built by into_datum (or NULL), as pgrx does for &str.
+unsafe impl pgrx::callconv::BoxRet for ServerTextOut {
+    unsafe fn box_into<'fcx>(
+        self,
+        fcinfo: &mut pgrx::callconv::FcInfo<'fcx>,
+    ) -> pgrx::datum::Datum<'fcx> {
+        match pgrx::IntoDatum::into_datum(self) {
+            // SAFETY: a freshly palloc'd text datum, returned to the caller as is.
+            Some(datum) => unsafe { fcinfo.return_raw_datum(datum) },
+            None => fcinfo.return_null(),
+        }
+    }
+}
+
+pgrx::pgrx_sql_entity_graph::impl_sql_translatable!(ServerTextOut, "text");

@@ -52,7 +52,12 @@ def test_null_in_every_argument(admin, key):
     conn = connect("rel-nulls")
     pid = conn.info.backend_pid
     failures, checked = [], 0
+    # Without shared_preload_libraries the statistics functions raise 55000 whatever their
+    # arguments (pg_test/regress/sql/preload.sql checks that); they are checked when preloaded.
+    preloaded = conn.execute("SELECT current_setting('advlock.max_labels', true) IS NOT NULL").fetchone()[0]
     for proname, signature, arguments, strict, retset, rettype in functions:
+        if not preloaded and proname.startswith("advlock_stats"):
+            continue
         if strict and arguments:
             failures.append(f"{signature} is STRICT: a NULL argument returns NULL instead of an error")
         args = parse_arguments(arguments)

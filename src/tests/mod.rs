@@ -3,6 +3,7 @@
 mod acquisition;
 mod diagnostics;
 mod keys;
+mod preload;
 
 use pgrx::prelude::*;
 

@@ -1,0 +1,114 @@
+//! The shared memory behind labels (`registry`) and namespace statistics (`stats`). It exists
+//! only when advlock is loaded through `shared_preload_libraries`, as for pg_stat_statements:
+//! `_PG_init` then installs `shmem_request_hook` (reserve space and one LWLock) and
+//! `shmem_startup_hook` (create or attach the two tables). Without preload nothing is
+//! requested, recording is a no-op and the statistics functions raise 55000.
+use crate::errors::Report;
+use crate::{registry, stats};
+use pgrx::pg_sys;
+use pgrx::pg_sys::errcodes::PgSqlErrorCode;
+use pgrx::prelude::*;
+
+/// Name of the LWLock tranche (one lock, guarding the namespace table's layout).
+pub const TRANCHE: &core::ffi::CStr = c"advlock";
+
+static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
+static mut PREV_SHMEM_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
+
+/// True while `_PG_init` runs as part of `shared_preload_libraries`.
+pub fn preloading() -> bool {
+    // SAFETY: a plain global set by the postmaster (or a backend) around library preloading.
+    unsafe { pg_sys::process_shared_preload_libraries_in_progress }
+}
+
+/// Called from `_PG_init` when preloading: chain our hooks in front of the previous ones.
+pub fn install_hooks() {
+    // SAFETY: _PG_init runs single-threaded in the postmaster before any child exists; the
+    // previous hook values are saved and called first, as every extension does.
+    unsafe {
+        PREV_SHMEM_REQUEST_HOOK = pg_sys::shmem_request_hook;
+        pg_sys::shmem_request_hook = Some(shmem_request);
+        PREV_SHMEM_STARTUP_HOOK = pg_sys::shmem_startup_hook;
+        pg_sys::shmem_startup_hook = Some(shmem_startup);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn shmem_request() {
+    // SAFETY: called by the postmaster from process_shmem_requests(), the only time
+    // RequestAddinShmemSpace / RequestNamedLWLockTranche are allowed.
+    unsafe {
+        if let Some(prev) = PREV_SHMEM_REQUEST_HOOK {
+            prev();
+        }
+        pg_sys::RequestAddinShmemSpace(registry::shmem_size());
+        pg_sys::RequestAddinShmemSpace(stats::shmem_size());
+        pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), 1);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn shmem_startup() {
+    // SAFETY: called once per shared memory (re)initialisation in the postmaster (and in every
+    // backend under EXEC_BACKEND). AddinShmemInitLock (MainLWLockArray[21]) serialises
+    // ShmemInitStruct's "found" decision exactly as in pg_stat_statements and pgrx.
+    unsafe {
+        if let Some(prev) = PREV_SHMEM_STARTUP_HOOK {
+            prev();
+        }
+        let addin_shmem_init_lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
+        pg_sys::LWLockAcquire(addin_shmem_init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        registry::shmem_attach();
+        stats::shmem_attach();
+        pg_sys::LWLockRelease(addin_shmem_init_lock);
+    }
+}
+
+/// `ShmemInitStruct(name, size)`: the address and whether it already existed.
+///
+/// # Safety
+/// Only from `shmem_startup`, under AddinShmemInitLock, for a size requested in `shmem_request`.
+pub unsafe fn init_struct(name: &core::ffi::CStr, size: usize) -> (*mut u8, bool) {
+    let mut found = false;
+    // SAFETY: see the function contract; ShmemInitStruct raises ERROR if space ran out.
+    let ptr = unsafe { pg_sys::ShmemInitStruct(name.as_ptr(), size, &mut found) };
+    (ptr.cast(), found)
+}
+
+/// The statistics functions' error without preload, worded like pg_stat_statements'.
+pub fn require_preload(function: &str) -> ! {
+    Report::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "advlock must be loaded via \"shared_preload_libraries\"",
+    )
+    .detail(format!("{function} needs advlock's shared memory, which exists only when the library is preloaded."))
+    .hint("Add advlock to shared_preload_libraries in postgresql.conf and restart the server.")
+    .raise()
+}
+
+/// Cheap liveness check of another backend: its PGPROC (by proc number) still carries `pid`.
+/// Used to skip and reclaim entries a vanished backend could not remove (defensive: exit
+/// callbacks remove them, and a crash reinitialises shared memory).
+pub fn backend_alive(procno: i32, pid: i32) -> bool {
+    // SAFETY: ProcGlobal and allProcs are fixed for the life of shared memory; a PGPROC's pid
+    // is an int written only by its owner and the proc-array code, read here as a snapshot.
+    unsafe {
+        let global = pg_sys::ProcGlobal;
+        if global.is_null() || procno < 0 || procno as u32 >= (*global).allProcCount {
+            return false;
+        }
+        let proc_ = (*global).allProcs.add(procno as usize);
+        core::ptr::read_volatile(&raw const (*proc_).pid) == pid
+    }
+}
+
+/// `GetCurrentTimestamp()`.
+pub fn now() -> pg_sys::TimestampTz {
+    // SAFETY: reads the clock; no side effects.
+    unsafe { pg_sys::GetCurrentTimestamp() }
+}
+
+/// A `TimestampTz` as the SQL type.
+pub fn timestamptz(value: pg_sys::TimestampTz) -> Option<TimestampWithTimeZone> {
+    TimestampWithTimeZone::try_from(value).ok()
+}
