@@ -83,10 +83,19 @@ impl<'a> FromDatum for ServerText<'a> {
         if is_null || datum.is_null() {
             return None;
         }
-        // SAFETY: the datum is a `text` (the SQL signature says so); detoasting allocates in
-        // the function's memory context, which outlives this call.
+        // SAFETY: the datum is a `text` (the SQL signature says so). A plain in-line value
+        // (short or 4-byte header, neither compressed nor external) is read in place, as
+        // pg_detoast_datum_packed would return it, without a guarded FFI call; anything else
+        // is detoasted into the function's memory context, which outlives this call.
         unsafe {
-            let varlena = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+            use pgrx::varlena::{varatt_is_1b, varatt_is_1b_e, varatt_is_4b_u};
+            let raw = datum.cast_mut_ptr::<pg_sys::varlena>();
+            let in_place = (varatt_is_1b(raw) && !varatt_is_1b_e(raw)) || varatt_is_4b_u(raw);
+            let varlena = if in_place {
+                raw
+            } else {
+                pg_sys::pg_detoast_datum_packed(raw)
+            };
             Some(ServerText {
                 bytes: pgrx::varlena::varlena_to_byte_slice(varlena),
             })
