@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 
-from . import case_acquire, case_handoff, case_holders, case_keys, case_timeout
+from . import case_acquire, case_handoff, case_holders, case_keys, case_preload, case_timeout
 from .common import Ctx, HarnessError, log, md_table
 
 CASES = [
@@ -22,6 +22,7 @@ CASES = [
     ("3", "Hand-off latency and FIFO under contention", case_handoff),
     ("4", "Timeout precision and CPU while waiting", case_timeout),
     ("5", "Diagnostics at scale: advlock_holders", case_holders),
+    ("6", "Preloaded vs not preloaded uncontended acquire", case_preload),
 ]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -132,12 +133,6 @@ def write_report(ctx: Ctx, facts, sections, targets, errors, elapsed: float, nic
     for (num, title, _), md in zip(CASES, sections):
         body += [f"## {num}. {title}", "", md or "_not run_", ""]
     body += [
-        "## 6. Preloaded vs not preloaded uncontended acquire",
-        "",
-        "**TODO (later issue, not implemented):** run case 2's advlock patterns against two instances, one with "
-        "`shared_preload_libraries = 'advlock'` and one without (library loaded on first call), side by side, "
-        "and report the ratio.",
-        "",
         "## Method notes",
         "",
         "- Everything runs on one throwaway PostgreSQL 17 instance started by `bench/run.sh` "
