@@ -66,7 +66,12 @@ pub fn try_acquire(key: i64, mode: Mode, scope: Scope) -> bool {
 pub fn held_by_me(key: i64, mode: Mode) -> bool {
     let tag = advisory_tag(key);
     // SAFETY: reads this backend's local lock table.
-    unsafe { pg_sys::LockHeldByMe(&tag, lockmode(mode), false) }
+    // PostgreSQL 17 added `orstronger`; false keeps the exact-mode meaning of earlier majors.
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
+    let held = unsafe { pg_sys::LockHeldByMe(&tag, lockmode(mode)) };
+    #[cfg(not(any(feature = "pg15", feature = "pg16")))]
+    let held = unsafe { pg_sys::LockHeldByMe(&tag, lockmode(mode), false) };
+    held
 }
 
 /// Releases one session-level hold. False (with the lock manager's own WARNING, exactly as

@@ -186,7 +186,7 @@ impl Table {
         let (pid, procno, database, role) = unsafe {
             (
                 pg_sys::MyProcPid,
-                pg_sys::MyProcNumber,
+                crate::shmem::my_proc_number(),
                 pg_sys::MyDatabaseId.to_u32(),
                 pg_sys::GetSessionUserId().to_u32(),
             )

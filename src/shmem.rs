@@ -102,6 +102,19 @@ pub fn backend_alive(procno: i32, pid: i32) -> bool {
     }
 }
 
+/// This backend's index into `ProcGlobal->allProcs` (what `backend_alive` takes).
+pub fn my_proc_number() -> i32 {
+    // PostgreSQL 17 renamed the index to MyProcNumber (and dropped PGPROC.pgprocno); before,
+    // MyBackendId is a different, 1-based sinval index, so read pgprocno from MyProc.
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
+    // SAFETY: MyProc is set at backend start, before any SQL runs, and never changes after.
+    let number = unsafe { (*pg_sys::MyProc).pgprocno };
+    #[cfg(not(any(feature = "pg15", feature = "pg16")))]
+    // SAFETY: a backend-local global set at backend start.
+    let number = unsafe { pg_sys::MyProcNumber };
+    number
+}
+
 /// `GetCurrentTimestamp()`.
 pub fn now() -> pg_sys::TimestampTz {
     // SAFETY: reads the clock; no side effects.
