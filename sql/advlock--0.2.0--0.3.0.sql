@@ -1,0 +1,5 @@
+-- advlock 0.2.0 -> 0.3.0. The objects of a fresh 0.3.0 install, reached from 0.2.0
+-- (pg_test/upgrade compares the two catalog by catalog).
+--
+-- PostgreSQL 15, 16, 17 and 18 from one source: no SQL-visible change. The same library serves
+-- both versions' objects, so a cluster upgraded with pg_upgrade keeps working before this runs.
