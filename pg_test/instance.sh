@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Shared helpers: start/stop a throwaway PostgreSQL 17 instance as the `postgres` OS user.
-# Sourced by pg_test/run.sh and bench/run.sh.
-PGBIN=${PGBIN:-/usr/lib/postgresql/17/bin}
-PGXS_TEST=/usr/lib/postgresql/17/lib/pgxs/src/test
+# Shared helpers: start/stop a throwaway PostgreSQL instance as the `postgres` OS user.
+# Sourced by pg_test/run.sh, pg_test/package/run.sh and bench/run.sh.
+# ADVLOCK_PG_MAJOR picks the major (default 17); scripts/majors.sh says where each one lives.
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/majors.sh"
+ADVLOCK_PG_MAJOR=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
+PG_CONFIG=$(pg_config_for "$ADVLOCK_PG_MAJOR") || exit 1
+PGBIN=$("$PG_CONFIG" --bindir)
+PGXS_TEST=$(cd "$(pgxs_test_dir "$ADVLOCK_PG_MAJOR")" && pwd)
 
 as_postgres() {
   if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres -- "$@"; fi
