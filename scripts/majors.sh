@@ -77,3 +77,31 @@ install_wheel_major() {
   chmod -R a+rX "$dest"   # the postgres user runs the server and test drivers from this tree
   rm -rf "$tmp"
 }
+
+# The packages link against Debian bookworm's glibc 2.36, not the build machine's (installing
+# PostgreSQL 17 from trixie brings glibc 2.41, and a library linked there needs GLIBC_2.39 and
+# cannot be installed on bookworm). The libraries are linked against this small sysroot: the
+# bookworm libc6, libc6-dev, linux-libc-dev and libgcc-s1 packages, unpacked.
+ADVLOCK_SYSROOT=${ADVLOCK_SYSROOT:-/opt/advlock-sysroot/bookworm}
+ADVLOCK_SYSROOT_DEBS=(libc6 libc6-dev linux-libc-dev libgcc-s1)
+
+sysroot_installed() {
+  [ -f "$ADVLOCK_SYSROOT/usr/lib/x86_64-linux-gnu/libc.so" ] && [ -f "$ADVLOCK_SYSROOT/lib/x86_64-linux-gnu/libgcc_s.so.1" ] &&
+    [ -z "$(find "$ADVLOCK_SYSROOT" -type l -lname '/*' -print -quit)" ]
+}
+
+install_sysroot() {
+  local tmp; tmp=$(mktemp -d /tmp/advlock-sysroot.XXXXXX)
+  chmod 777 "$tmp"   # apt-get download writes as _apt
+  (cd "$tmp" && apt-get download -q "${ADVLOCK_SYSROOT_DEBS[@]/%//bookworm}" >/dev/null) || { rm -rf "$tmp"; return 1; }
+  rm -rf "$ADVLOCK_SYSROOT"; mkdir -p "$ADVLOCK_SYSROOT"
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$ADVLOCK_SYSROOT"; done
+  # Absolute symlinks (e.g. lib64/ld-linux-x86-64.so.2) would lead the linker back to the host's
+  # newer libraries: point them inside the sysroot.
+  local link target
+  while IFS= read -r link; do
+    target=$(readlink "$link")
+    ln -sfn "$(realpath -m --relative-to="$(dirname "$link")" "$ADVLOCK_SYSROOT$target")" "$link"
+  done < <(find "$ADVLOCK_SYSROOT" -type l -lname '/*')
+  rm -rf "$tmp"
+}

@@ -3,7 +3,7 @@
 # every supported PostgreSQL major with its server headers and test drivers (scripts/majors.sh
 # says where each comes from: 15 from bookworm, 17 from Debian trixie pinned low so nothing
 # else is pulled from it unasked, 16 and 18 from pinned PyPI wheels), sudo, PgBouncer, the
-# packaging tools (lintian), cargo-pgrx 0.18.1, `cargo pgrx init` for every major, and a
+# packaging tools (lintian, a bookworm glibc sysroot to link against), cargo-pgrx 0.18.1, `cargo pgrx init` for every major, and a
 # Python virtual environment for the real-driver suites.
 # ADVLOCK_PG_MAJORS="15 17" (space separated) limits the majors; the default major 17 is always set up.
 # Idempotent: every step checks before it acts, so a second run takes seconds.
@@ -72,6 +72,11 @@ for major in 16 18; do
     install_wheel_major $major
   fi
 done
+
+if ! sysroot_installed; then
+  log "unpacking Debian bookworm's glibc into $ADVLOCK_SYSROOT (the packages link against it)"
+  install_sysroot
+fi
 
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! cargo pgrx --version 2>/dev/null | grep -q " $PGRX_VERSION"; then

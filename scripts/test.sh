@@ -7,13 +7,23 @@
 #      more with tiny label/namespace capacities (full tables)
 #   3. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
 #   4. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
+#   5. the other majors (15, 16, 18): cargo pgrx test pgNN, preloaded and not
+#   6. scripts/package.sh            .deb + tarball for every major (lintian errors fail it)
+#   7. pg_test/package/run.sh        per major: remove the build's install, install the package
+#      (dpkg -i on 15/17, whose servers are Debian's; the tarball's install.sh on 16/18, whose
+#      servers come from wheels), regress + isolation plain and preloaded, remove it, nothing left
+#   8. pg_test/pg_upgrade/run.sh     a used cluster upgraded with pg_upgrade: 17 -> 18, 16 -> 18,
+#      16 -> 17, 15 -> 17 (a pair the servers cannot upgrade even without advlock: skipped, reported) with pg_upgrade
 # and prints one closing line: "advlock: N passed, M failed". Exits non-zero on any failure.
+# ADVLOCK_PG_MAJORS="17 18" limits the majors (default: all of scripts/majors.sh).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 cd "$repo"
 export PATH="$HOME/.cargo/bin:$PATH"
 PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config
+. "$here/majors.sh"
+read -r -a majors <<<"${ADVLOCK_PG_MAJORS:-${ADVLOCK_MAJORS[*]}}"
 
 "$here/setup.sh" || { echo "advlock: 0 passed, 1 failed"; exit 1; }
 
@@ -23,17 +33,16 @@ status=0
 section() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
 
 section "cargo pgrx test pg17"
-runas=()
-if [ "$(id -u)" = 0 ]; then
-  # initdb refuses root: run the test cluster as `postgres` in a directory it owns.
-  pgdata=/tmp/advlock-pgrx-test
-  mkdir -p "$pgdata"; chown postgres "$pgdata"
-  runas=(--runas postgres --pgdata "$pgdata/data")
-fi
+pgdata=/tmp/advlock-pgrx-test
+mkdir -p "$pgdata"; chown postgres "$pgdata"
+# runas_args MAJOR: initdb refuses root, so as root the test cluster runs as `postgres` in a
+# directory it owns (one per major: a data directory belongs to one major).
+runas_args() { [ "$(id -u)" != 0 ] || echo "--runas postgres --pgdata $pgdata/data-$1"; }
 log=$(mktemp /tmp/advlock-pgrx-test.XXXXXX.log)
-# pgrx_pass NAME: one `cargo pgrx test` run, counted as NAME in the summary.
+# pgrx_pass NAME [MAJOR]: one `cargo pgrx test pgMAJOR` run, counted as NAME in the summary.
 pgrx_pass() {
-  cargo pgrx test pg17 "${runas[@]}" 2>&1 | tee "$log" | grep -E '^test |^test result:|panicked|^error' || true
+  # shellcheck disable=SC2046
+  cargo pgrx test "pg${2:-17}" $(runas_args "${2:-17}") 2>&1 | tee "$log" | grep -E '^test |^test result:|panicked|^error' || true
   local rc=${PIPESTATUS[0]} p f
   read -r p f < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
                       END { print p + 0, f + 0 }' "$log")
@@ -78,8 +87,42 @@ if [ -x "$repo/bench/run.sh" ]; then
   if ADVLOCK_BENCH_PORT=${ADVLOCK_BENCH_PORT:-5431} "$repo/bench/run.sh" --quick; then echo "bench-quick 1 0" >>"$summary"; else echo "bench-quick 0 1" >>"$summary"; status=1; fi
 fi
 
+# --- the other majors: the in-database suite here; regress + isolation run from the package ---
+for major in "${majors[@]}"; do
+  [ "$major" = 17 ] && continue
+  if ! major_installed "$major"; then
+    echo "PostgreSQL $major is not installed: scripts/setup.sh failed to provide it"; echo "pg$major-setup 0 1" >>"$summary"; status=1; continue
+  fi
+  section "cargo pgrx test pg$major"
+  pgrx_pass "pg$major-pgrx" "$major"
+  section "cargo pgrx test pg$major, not preloaded"
+  ADVLOCK_PGRX_PRELOAD=off pgrx_pass "pg$major-pgrx-nopre" "$major"
+done
+
+# --- packages, installed as a DBA would, per major ---
+section "packages (scripts/package.sh)"
+pkglog=$(mktemp /tmp/advlock-package.XXXXXX.log)
+if "$here/package.sh" "${majors[@]}" 2>&1 | tee "$pkglog"; then
+  echo "package-build ${#majors[@]} 0" >>"$summary"
+  for major in "${majors[@]}"; do
+    section "package test: PostgreSQL $major"
+    "$repo/pg_test/package/run.sh" "$major" || status=1
+  done
+  # Major upgrades with pg_upgrade, advlock installed and used (each pair whose majors are here).
+  # 17 -> 18 is the journey users take today; a pair whose server builds cannot upgrade even
+  # a cluster without advlock is reported as skipped with pg_upgrade's error.
+  for pair in "17 18" "16 18" "16 17" "15 17"; do
+    read -r from to <<<"$pair"
+    [[ " ${majors[*]} " == *" $from "* && " ${majors[*]} " == *" $to "* ]] || continue
+    section "pg_upgrade: PostgreSQL $from -> $to"
+    "$repo/pg_test/pg_upgrade/run.sh" "$from" "$to" || status=1
+  done
+else
+  echo "package-build 0 1" >>"$summary"; status=1
+fi
+
 section "summary"
-awk '{ printf "  %-16s %5d passed, %d failed\n", $1, $2, $3; p += $2; f += $3 }
+awk '{ printf "  %-28s %5d passed, %d failed%s\n", $1, $2, $3, ($4 != "" ? "  (" $4 ")" : ""); p += $2; f += $3 }
      END { printf "advlock: %d passed, %d failed\n", p, f }' "$summary"
 awk '{ f += $3 } END { exit f > 0 }' "$summary" || status=1
 exit $status

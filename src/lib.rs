@@ -22,6 +22,9 @@ pub use keys::advlock_key_bytes;
 
 ::pgrx::pg_module_magic!(name, version);
 
+// A COMMENT for every function and view, once all of them exist.
+pgrx::extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
+
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     // Labels and statistics live in shared memory, which only a preloaded library can get.
