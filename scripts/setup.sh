@@ -26,6 +26,7 @@ need_pg=()
 need_apt=()
 if [[ " ${majors[*]} " == *" 15 "* ]] && ! major_installed 15; then need_apt+=(postgresql-15 postgresql-server-dev-15); fi
 command -v unzip >/dev/null || need_apt+=(unzip)
+command -v debootstrap >/dev/null || need_apt+=(debootstrap)   # the stock-bookworm package test
 # lintian is perl; PostgreSQL 17's packages brought trixie's perl, so lintian comes from trixie
 # too, keeping bookworm's apt (apt would otherwise be upgraded along with libapt-pkg-perl).
 command -v lintian >/dev/null || need_pg+=(lintian apt/bookworm apt-transport-https/bookworm)

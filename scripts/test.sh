@@ -12,6 +12,7 @@
 #   7. pg_test/package/run.sh        per major: remove the build's install, install the package
 #      (dpkg -i on 15/17, whose servers are Debian's; the tarball's install.sh on 16/18, whose
 #      servers come from wheels), regress + isolation plain and preloaded, remove it, nothing left
+#      pg_test/package/bookworm.sh  the 15 .deb on a debootstrapped stock bookworm (glibc 2.36)
 #   8. pg_test/pg_upgrade/run.sh     a used cluster upgraded with pg_upgrade: 17 -> 18, 16 -> 18,
 #      16 -> 17, 15 -> 17 (a pair the servers cannot upgrade even without advlock: skipped, reported) with pg_upgrade
 # and prints one closing line: "advlock: N passed, M failed". Exits non-zero on any failure.
@@ -108,6 +109,10 @@ if "$here/package.sh" "${majors[@]}" 2>&1 | tee "$pkglog"; then
     section "package test: PostgreSQL $major"
     "$repo/pg_test/package/run.sh" "$major" || status=1
   done
+  if [[ " ${majors[*]} " == *" 15 "* ]]; then
+    section "package test: the PostgreSQL 15 .deb on a stock Debian bookworm (glibc 2.36)"
+    "$repo/pg_test/package/bookworm.sh" || status=1
+  fi
   # Major upgrades with pg_upgrade, advlock installed and used (each pair whose majors are here).
   # 17 -> 18 is the journey users take today; a pair whose server builds cannot upgrade even
   # a cluster without advlock is reported as skipped with pg_upgrade's error.
