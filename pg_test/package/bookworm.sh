@@ -17,12 +17,8 @@ deb="postgresql-15-advlock_${version}-1_amd64.deb"
 port=${ADVLOCK_BOOKWORM_PORT:-5460}
 in_root() { chroot "$root" "$@"; }
 as_pg() { chroot --userspec=postgres:postgres "$root" "$@"; }
-passed=0 failed=0
-check() {
-  local what=$1; shift
-  if "$@"; then passed=$((passed + 1)); echo "bookworm: ok   $what"
-  else failed=$((failed + 1)); echo "bookworm: FAIL $what"; fi
-}
+check_name=bookworm
+. "$repo/pg_test/check.sh"
 cleanup() {
   [ -f "$root/tmp/pgdata/postmaster.pid" ] && as_pg /usr/lib/postgresql/15/bin/pg_ctl -D /tmp/pgdata -m immediate -w stop >/dev/null 2>&1
   in_root dpkg -r postgresql-15-advlock >/dev/null 2>&1

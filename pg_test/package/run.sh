@@ -19,12 +19,9 @@ pgc=$(pg_config_for "$major") || exit 1
 libdir=$("$pgc" --pkglibdir) extdir=$("$pgc" --sharedir)/extension
 deb="$repo/target/packages/postgresql-$major-advlock_${version}-1_amd64.deb"
 tarball="$repo/target/packages/advlock-$version-pg$major-linux-x86_64.tar.gz"
-checks_passed=0 checks_failed=0 status=0
-check() { # check DESCRIPTION COMMAND...: one counted assertion
-  local what=$1; shift
-  if "$@"; then checks_passed=$((checks_passed + 1)); echo "package-test: ok   $what"
-  else checks_failed=$((checks_failed + 1)); status=1; echo "package-test: FAIL $what"; fi
-}
+status=0
+check_name=package-test
+. "$repo/pg_test/check.sh"
 advlock_files() { find "$libdir" "$extdir" -maxdepth 1 -name 'advlock*' 2>/dev/null | sort; }
 none_left() { local left; left=$(advlock_files); [ -z "$left" ] || { echo "left behind: $left"; return 1; }; }
 
@@ -76,6 +73,6 @@ else
 fi
 check "no advlock file left in $libdir or $extdir" none_left
 
-echo "pg$major-package $checks_passed $checks_failed" >>"$summary"
-echo "package-test: PostgreSQL $major: $checks_passed checks passed, $checks_failed failed"
-exit $status
+echo "pg$major-package $passed $failed" >>"$summary"
+echo "package-test: PostgreSQL $major: $passed checks passed, $failed failed"
+[ $status -eq 0 ] && [ $failed -eq 0 ]

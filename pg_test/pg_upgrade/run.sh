@@ -31,12 +31,8 @@ work=$(mktemp -d /tmp/advlock-pg_upgrade.XXXXXX); chmod 755 "$work"; chown postg
 port_old=${ADVLOCK_UPGRADE_PORT:-5440} port_new=$(( ${ADVLOCK_UPGRADE_PORT:-5440} + 1 ))
 skipped=""
 as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres -- "$@"; fi; }
-passed=0 failed=0
-check() {
-  local what=$1; shift
-  if "$@"; then passed=$((passed + 1)); echo "$name: ok   $what"
-  else failed=$((failed + 1)); echo "$name: FAIL $what"; fi
-}
+check_name=$name
+. "$repo/pg_test/check.sh"
 finish() {
   for side in old new; do
     local bin=$old_bin; [ $side = new ] && bin=$new_bin
