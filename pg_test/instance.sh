@@ -2,9 +2,10 @@
 # Shared helpers: start/stop a throwaway PostgreSQL instance as the `postgres` OS user.
 # Sourced by pg_test/run.sh, pg_test/package/run.sh and bench/run.sh.
 # ADVLOCK_PG_MAJOR picks the major (default 17); scripts/majors.sh says where each one lives.
+# ADVLOCK_PG_CONFIG overrides the pg_config (e.g. a private copy of a relocatable tree).
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/majors.sh"
 ADVLOCK_PG_MAJOR=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
-PG_CONFIG=$(pg_config_for "$ADVLOCK_PG_MAJOR") || exit 1
+PG_CONFIG=${ADVLOCK_PG_CONFIG:-$(pg_config_for "$ADVLOCK_PG_MAJOR")} || exit 1
 PGBIN=$("$PG_CONFIG" --bindir)
 PGXS_TEST=$(cd "$(pgxs_test_dir "$ADVLOCK_PG_MAJOR")" && pwd)
 

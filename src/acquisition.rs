@@ -4,6 +4,7 @@ use crate::errors::Report;
 use crate::gucs;
 use crate::lock_request::{timeout, Mode, Scope, Target};
 use crate::lockmgr;
+use crate::provisional;
 use crate::registry;
 use crate::server_text::ServerText;
 use crate::stats::{self, Outcome};
@@ -39,7 +40,7 @@ fn acquire(function: &str, target: &Target, timeout_ms: i32, scope: Scope, mode:
     }
     if lockmgr::try_acquire(target.key, mode, scope) {
         stats::count(target, Outcome::Immediate);
-        registry::acquired(target, scope, mode);
+        took(target, scope, mode);
         return true;
     }
     if timeout_ms == 0 {
@@ -51,9 +52,18 @@ fn acquire(function: &str, target: &Target, timeout_ms: i32, scope: Scope, mode:
     let acquired = lockmgr::acquire_within(target.key, mode, scope, timeout_ms);
     wait.end(acquired);
     if acquired {
-        registry::acquired(target, scope, mode);
+        took(target, scope, mode);
     }
     acquired
+}
+
+/// Bookkeeping of one granted hold: its label, and (session scope) its release should the
+/// statement fail (`provisional`).
+fn took(target: &Target, scope: Scope, mode: Mode) {
+    registry::acquired(target, scope, mode);
+    if scope == Scope::Session {
+        provisional::taken(target.key, mode);
+    }
 }
 
 fn try_with_timeout(
@@ -104,6 +114,7 @@ fn unlock(target: Target, mode: Option<ServerText>) -> bool {
     let released = lockmgr::release_session(target.key, mode);
     if released {
         registry::released_session(target.key, mode);
+        provisional::released(target.key, mode);
     }
     released
 }

@@ -10,6 +10,7 @@ mod gucs;
 mod keys;
 mod lock_request;
 mod lockmgr;
+mod provisional;
 mod registry;
 mod server_text;
 mod shmem;

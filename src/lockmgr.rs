@@ -264,3 +264,35 @@ pub fn mode_name(mode: pg_sys::LOCKMODE) -> String {
         .into_owned()
     }
 }
+
+/// Which top-level statement is running: (transaction start, statement start). A statement is
+/// one simple-protocol Query message or one extended-protocol Execute; two statements share an
+/// identity only if both timestamps, in microseconds, are equal.
+pub fn statement_identity() -> (pg_sys::TimestampTz, pg_sys::TimestampTz) {
+    // SAFETY: both read backend-local timestamps set by postgres.c / xact.c.
+    unsafe {
+        (
+            pg_sys::GetCurrentTransactionStartTimestamp(),
+            pg_sys::GetCurrentStatementStartTimestamp(),
+        )
+    }
+}
+
+/// The current subtransaction (the top level is 1).
+pub fn current_subtransaction() -> pg_sys::SubTransactionId {
+    // SAFETY: reads backend-local transaction state; valid inside any transaction.
+    unsafe { pg_sys::GetCurrentSubTransactionId() }
+}
+
+/// Registers transaction and subtransaction end callbacks for this backend (once per backend).
+pub fn register_transaction_callbacks(
+    xact: pg_sys::XactCallback,
+    subxact: pg_sys::SubXactCallback,
+) {
+    // SAFETY: the registrations are palloc'd in TopMemoryContext and live as long as the
+    // backend; called from inside a transaction, never from a callback.
+    unsafe {
+        pg_sys::RegisterXactCallback(xact, core::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(subxact, core::ptr::null_mut());
+    }
+}
