@@ -102,6 +102,21 @@ pub fn backend_alive(procno: i32, pid: i32) -> bool {
     }
 }
 
+/// Whether a database with this OID exists (pg_database, through the syscache). Used to free
+/// statistics entries of dropped databases; needs a transaction (catalog access).
+pub fn database_exists(oid: u32) -> bool {
+    // SAFETY: a syscache probe by OID, from inside a transaction; takes no lock of ours.
+    unsafe {
+        pg_sys::SearchSysCacheExists(
+            pg_sys::SysCacheIdentifier::DATABASEOID as i32,
+            pg_sys::Datum::from(oid),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+        )
+    }
+}
+
 /// This backend's index into `ProcGlobal->allProcs` (what `backend_alive` takes).
 pub fn my_proc_number() -> i32 {
     // PostgreSQL 17 renamed the index to MyProcNumber (and dropped PGPROC.pgprocno); before,

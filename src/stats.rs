@@ -333,7 +333,15 @@ pub fn count(target: &Target, outcome: Outcome) {
         if found {
             return;
         }
-        if table.try_lock(pg_sys::LWLockMode::LW_EXCLUSIVE) {
+        // A second attempt only if the table was full and entries of dropped databases could
+        // be freed.
+        for attempt in 0..2 {
+            if attempt == 1 && !reclaim_dropped_databases(&table) {
+                break;
+            }
+            if !table.try_lock(pg_sys::LWLockMode::LW_EXCLUSIVE) {
+                break;
+            }
             let (index, found) = table.probe(&key);
             let ok = found || table.insert(index, &key, shmem::now());
             if ok {
@@ -347,6 +355,45 @@ pub fn count(target: &Target, outcome: Outcome) {
         }
     }
     table.header().dropped.fetch_add(1, Ordering::Relaxed);
+}
+
+thread_local! {
+    static LAST_RECLAIM: core::cell::Cell<i64> = const { core::cell::Cell::new(0) };
+}
+
+/// The table is full: frees the entries of databases that no longer exist (a dropped database's
+/// namespaces would otherwise hold their slots until restart). True when something was freed.
+/// At most once a second per backend, and never while an error unwinds: the existence checks
+/// are catalog lookups, made without holding the table's lock.
+fn reclaim_dropped_databases(table: &Table) -> bool {
+    const INTERVAL_US: i64 = 1_000_000;
+    let now = shmem::now();
+    if std::thread::panicking() || now - LAST_RECLAIM.get() < INTERVAL_US {
+        return false;
+    }
+    LAST_RECLAIM.set(now);
+    if !table.try_lock(pg_sys::LWLockMode::LW_SHARED) {
+        return false;
+    }
+    let mut databases: Vec<u32> = (0..table.header().buckets as usize)
+        // SAFETY: identity fields are stable while the lock is held.
+        .map(|index| unsafe { &*table.entry(index) })
+        .filter(|e| e.used != 0)
+        .map(|e| e.database)
+        .collect();
+    table.unlock();
+    databases.sort_unstable();
+    databases.dedup();
+    let gone: Vec<u32> = databases
+        .into_iter()
+        .filter(|&db| !shmem::database_exists(db))
+        .collect();
+    if gone.is_empty() || !table.try_lock(pg_sys::LWLockMode::LW_EXCLUSIVE) {
+        return false;
+    }
+    table.retain(|e| !gone.contains(&e.database));
+    table.unlock();
+    true
 }
 
 /// Times a wait in the lock queue. `end` records how it ended; dropping it without `end`
