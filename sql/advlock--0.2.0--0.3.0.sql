@@ -4,6 +4,94 @@
 -- PostgreSQL 15, 16, 17 and 18 from one source: no SQL-visible change. The same library serves
 -- both versions' objects, so a cluster upgraded with pg_upgrade keeps working before this runs.
 --
+-- advlock_holders: rows, holders and blocked_by from one snapshot of the lock table (0.2.0 called
+-- pg_blocking_pids(), a second snapshot, so a waiter could show blocked by nobody). Same columns:
+-- CREATE OR REPLACE keeps the view's privileges, comment and dependent functions. Below: the
+-- view from sql/holders.sql verbatim.
+
+CREATE OR REPLACE VIEW @extschema@.advlock_holders AS
+-- Backends first, once each: joining pg_stat_activity per lock row would look up the role of
+-- the same backend thousands of times.
+WITH backends AS MATERIALIZED (
+    SELECT a.pid, a.application_name, a.usename, a.client_addr, a.state, a.state_change,
+           a.xact_start, a.query_start, a.query
+      FROM pg_catalog.pg_stat_activity a
+),
+-- One snapshot of the lock table (advlock_lock_entries() copies it under every partition lock):
+-- rows, holders and blockers all come from it, so a waiter is never shown blocked by nobody.
+-- pg_stat_activity is a second, separate snapshot: the activity columns may be a moment apart.
+entries AS MATERIALIZED (
+    SELECT e.key, e.key1, e.key2, e.mode, e.granted, e.pid, e.waiting_since
+      FROM @extschema@.advlock_lock_entries() e
+)
+SELECT
+    l.key,                          -- int8 keys (pg_advisory_*(bigint), advlock); NULL otherwise
+    l.key1,                         -- pg_advisory_*(int4, int4) keys; NULL otherwise
+    l.key2,
+    l.mode,                         -- 'exclusive' | 'shared'
+    l.granted,
+    l.pid,
+    a.application_name,
+    a.usename::pg_catalog.text                                                          AS usename,
+    a.client_addr,
+    a.state                                                                             AS backend_state,
+    a.state_change,
+    a.xact_start,
+    a.query_start,
+    a.query,
+    i.idle_for,
+    -- The leak signal: granted, outside any transaction (so necessarily a session lock),
+    -- idle for at least advlock.idle_threshold.
+    COALESCE(l.granted
+             AND a.state OPERATOR(pg_catalog.=) 'idle'
+             AND i.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold()),
+             false)                                                                     AS is_idle_holder,
+    l.waiting_since,
+    b.blocked_by,
+    -- Preloaded only (NULL otherwise): what advlock recorded when it granted this lock.
+    lb.label,
+    lb.scope,
+    lb.held_since
+-- advlock_lock_entries(): pg_lock_status() filtered to this database's advisory locks in C,
+-- before any tuple is built, so other locks cost next to nothing.
+FROM entries l
+LEFT JOIN backends a ON a.pid OPERATOR(pg_catalog.=) l.pid
+-- Waiters only: who blocks them, as pg_blocking_pids() defines it but from the same snapshot.
+-- Holders of a conflicting mode of the same key, and waiters for a conflicting mode queued
+-- ahead (earlier waiting_since; one whose wait start is not yet recorded joined last). Should
+-- that order leave nobody (two wait starts recorded out of queue order), every conflicting
+-- waiter: in a consistent snapshot a waiter always has a conflicting holder or waiter. A
+-- prepared transaction shows as pid 0, as in pg_blocking_pids().
+LEFT JOIN LATERAL (
+    SELECT COALESCE(
+               pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0))
+                   FILTER (WHERE o.granted
+                              OR (o.waiting_since IS NOT NULL
+                                  AND (l.waiting_since IS NULL
+                                       OR o.waiting_since OPERATOR(pg_catalog.<) l.waiting_since))),
+               pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0)),
+               '{}'::pg_catalog.int4[]) AS blocked_by
+      FROM entries o
+     WHERE NOT l.granted
+       AND o.key IS NOT DISTINCT FROM l.key
+       AND o.key1 IS NOT DISTINCT FROM l.key1
+       AND o.key2 IS NOT DISTINCT FROM l.key2
+       AND o.pid IS DISTINCT FROM l.pid
+       AND (o.mode OPERATOR(pg_catalog.=) 'exclusive' OR l.mode OPERATOR(pg_catalog.=) 'exclusive')
+) b ON NOT l.granted
+-- A recorded label only ever shows next to a granted lock of the same backend, key and mode
+-- that the lock manager reports right now: a stale entry matches nothing.
+LEFT JOIN @extschema@.advlock_labels() lb
+       ON l.granted
+      AND lb.pid OPERATOR(pg_catalog.=) l.pid
+      AND lb.key OPERATOR(pg_catalog.=) l.key
+      AND lb.mode OPERATOR(pg_catalog.=) l.mode
+-- idle_for is computed once per row so is_idle_holder and idle_for never disagree.
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN a.state OPERATOR(pg_catalog.~~) 'idle%'
+                THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) a.state_change END AS idle_for
+) i;
+
 -- Every function gets a COMMENT (0.2.0 had them on the views only). Below: sql/comments.sql
 -- verbatim, as a fresh install runs it.
 

@@ -13,6 +13,13 @@ WITH backends AS MATERIALIZED (
     SELECT a.pid, a.application_name, a.usename, a.client_addr, a.state, a.state_change,
            a.xact_start, a.query_start, a.query
       FROM pg_catalog.pg_stat_activity a
+),
+-- One snapshot of the lock table (advlock_lock_entries() copies it under every partition lock):
+-- rows, holders and blockers all come from it, so a waiter is never shown blocked by nobody.
+-- pg_stat_activity is a second, separate snapshot: the activity columns may be a moment apart.
+entries AS MATERIALIZED (
+    SELECT e.key, e.key1, e.key2, e.mode, e.granted, e.pid, e.waiting_since
+      FROM @extschema@.advlock_lock_entries() e
 )
 SELECT
     l.key,                          -- int8 keys (pg_advisory_*(bigint), advlock); NULL otherwise
@@ -37,16 +44,38 @@ SELECT
              AND i.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold()),
              false)                                                                     AS is_idle_holder,
     l.waiting_since,
-    -- pg_blocking_pids takes every lock-partition lock: only call it for waiters.
-    CASE WHEN NOT l.granted THEN pg_catalog.pg_blocking_pids(l.pid) END                 AS blocked_by,
+    b.blocked_by,
     -- Preloaded only (NULL otherwise): what advlock recorded when it granted this lock.
     lb.label,
     lb.scope,
     lb.held_since
 -- advlock_lock_entries(): pg_lock_status() filtered to this database's advisory locks in C,
 -- before any tuple is built, so other locks cost next to nothing.
-FROM @extschema@.advlock_lock_entries() l
+FROM entries l
 LEFT JOIN backends a ON a.pid OPERATOR(pg_catalog.=) l.pid
+-- Waiters only: who blocks them, as pg_blocking_pids() defines it but from the same snapshot.
+-- Holders of a conflicting mode of the same key, and waiters for a conflicting mode queued
+-- ahead (earlier waiting_since; one whose wait start is not yet recorded joined last). Should
+-- that order leave nobody (two wait starts recorded out of queue order), every conflicting
+-- waiter: in a consistent snapshot a waiter always has a conflicting holder or waiter. A
+-- prepared transaction shows as pid 0, as in pg_blocking_pids().
+LEFT JOIN LATERAL (
+    SELECT COALESCE(
+               pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0))
+                   FILTER (WHERE o.granted
+                              OR (o.waiting_since IS NOT NULL
+                                  AND (l.waiting_since IS NULL
+                                       OR o.waiting_since OPERATOR(pg_catalog.<) l.waiting_since))),
+               pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0)),
+               '{}'::pg_catalog.int4[]) AS blocked_by
+      FROM entries o
+     WHERE NOT l.granted
+       AND o.key IS NOT DISTINCT FROM l.key
+       AND o.key1 IS NOT DISTINCT FROM l.key1
+       AND o.key2 IS NOT DISTINCT FROM l.key2
+       AND o.pid IS DISTINCT FROM l.pid
+       AND (o.mode OPERATOR(pg_catalog.=) 'exclusive' OR l.mode OPERATOR(pg_catalog.=) 'exclusive')
+) b ON NOT l.granted
 -- A recorded label only ever shows next to a granted lock of the same backend, key and mode
 -- that the lock manager reports right now: a stale entry matches nothing.
 LEFT JOIN @extschema@.advlock_labels() lb
