@@ -127,7 +127,8 @@ else
 fi
 
 section "summary"
-awk '{ printf "  %-28s %5d passed, %d failed%s\n", $1, $2, $3, ($4 != "" ? "  (" $4 ")" : ""); p += $2; f += $3 }
+awk '{ note = ""; for (i = 4; i <= NF; i++) note = note (i > 4 ? " " : "") $i
+       printf "  %-28s %5d passed, %d failed%s\n", $1, $2, $3, (note != "" ? "  (" note ")" : ""); p += $2; f += $3 }
      END { printf "advlock: %d passed, %d failed\n", p, f }' "$summary"
 awk '{ f += $3 } END { exit f > 0 }' "$summary" || status=1
 exit $status
