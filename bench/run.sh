@@ -19,7 +19,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 . "$repo/pg_test/instance.sh"
 export PATH="$HOME/.cargo/bin:$PATH"
-PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config
+# PG_CONFIG and PGBIN come from pg_test/instance.sh: PostgreSQL 17 unless ADVLOCK_PG_MAJOR says otherwise.
 
 quick=0 install=1 port=${ADVLOCK_BENCH_PORT:-5423} out="" cases="" nice=0
 while [ $# -gt 0 ]; do
@@ -81,8 +81,8 @@ conf=(
   'log_min_messages = warning'
   'log_lock_waits = off'
 )
-echo "bench: starting PostgreSQL 17 on 127.0.0.1:$port (data in $work/data)"
-instance_start "$work" "$port" "${conf[@]}" || { echo "bench: could not start PostgreSQL 17" >&2; exit 1; }
+echo "bench: starting PostgreSQL $ADVLOCK_PG_MAJOR on 127.0.0.1:$port (data in $work/data)"
+instance_start "$work" "$port" "${conf[@]}" || { echo "bench: could not start PostgreSQL $ADVLOCK_PG_MAJOR" >&2; exit 1; }
 # Pin the binary for the whole run: other work on this machine (a test run) may reinstall the
 # library into pkglibdir while we measure, and every new backend would load whatever is there.
 # The bench database's C functions point at a private copy taken now.
