@@ -92,6 +92,110 @@ CROSS JOIN LATERAL (
                 THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) a.state_change END AS idle_for
 ) i;
 
+-- Messages: a negative older_than is reported under the name of the function called (issue #14,
+-- item 6), so advlock_leak_count becomes plpgsql; the terminate WARNING's HINT no longer
+-- suggests pg_signal_backend for a superuser's backend. Below: sql/holders.sql verbatim.
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_idle_holders(older_than pg_catalog.interval DEFAULT NULL)
+RETURNS SETOF @extschema@.advlock_holders
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    threshold interval;
+BEGIN
+    IF older_than < interval '0' THEN
+        RAISE EXCEPTION 'argument "older_than" of advlock_idle_holders must not be a negative interval'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass how long a holder must have been idle, e.g. interval ''5 minutes'', or NULL for advlock.idle_threshold.';
+    END IF;
+    threshold := @extschema@.advlock_idle_threshold(older_than);
+    RETURN QUERY
+        SELECT h.*
+          FROM @extschema@.advlock_holders h
+         WHERE h.granted
+           AND h.backend_state = 'idle'
+           AND h.idle_for >= threshold
+         ORDER BY h.idle_for DESC, h.pid, h.key;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_leak_count(older_than pg_catalog.interval DEFAULT NULL)
+RETURNS pg_catalog.int4
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    -- plpgsql (not SQL) so that a bad argument is reported under this function's own name.
+    IF older_than < interval '0' THEN
+        RAISE EXCEPTION 'argument "older_than" of advlock_leak_count must not be a negative interval'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass how long a holder must have been idle, e.g. interval ''5 minutes'', or NULL for advlock.idle_threshold.';
+    END IF;
+    RETURN (SELECT count(DISTINCT h.pid)::int4 FROM @extschema@.advlock_idle_holders(older_than) h);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_terminate_idle_holders(older_than pg_catalog.interval,
+                                                            dry_run pg_catalog.bool DEFAULT true)
+RETURNS TABLE(pid pg_catalog.int4, application_name pg_catalog.text,
+              keys pg_catalog.int8[], terminated pg_catalog.bool)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    r record;
+BEGIN
+    IF older_than IS NULL THEN
+        RAISE EXCEPTION 'argument "older_than" of advlock_terminate_idle_holders must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Pass how long a holder must have been idle, e.g. interval ''10 minutes''; there is no default on purpose.';
+    END IF;
+    IF older_than < interval '0' THEN
+        RAISE EXCEPTION 'argument "older_than" of advlock_terminate_idle_holders must not be a negative interval'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass how long a holder must have been idle, e.g. interval ''10 minutes''.';
+    END IF;
+    IF dry_run IS NULL THEN
+        RAISE EXCEPTION 'argument "dry_run" of advlock_terminate_idle_holders must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Use dry_run => true to list, dry_run => false to terminate.';
+    END IF;
+    FOR r IN
+        SELECT h.pid AS holder_pid,
+               min(h.application_name) AS holder_app,
+               coalesce(array_agg(DISTINCT h.key ORDER BY h.key) FILTER (WHERE h.key IS NOT NULL),
+                        '{}'::int8[]) AS holder_keys
+          FROM @extschema@.advlock_idle_holders(older_than) h
+         WHERE h.pid <> pg_backend_pid()
+         GROUP BY h.pid
+         ORDER BY h.pid
+    LOOP
+        pid := r.holder_pid;
+        application_name := r.holder_app;
+        keys := r.holder_keys;
+        terminated := false;
+        IF NOT dry_run THEN
+            BEGIN
+                terminated := pg_terminate_backend(r.holder_pid);
+            EXCEPTION WHEN insufficient_privilege THEN
+                -- pg_signal_backend never reaches a superuser's backend: say so instead.
+                RAISE WARNING 'not allowed to terminate PID % (application_name %)',
+                    r.holder_pid, quote_literal(r.holder_app)
+                    USING HINT = CASE WHEN (SELECT ro.rolsuper FROM pg_stat_activity a
+                                              JOIN pg_roles ro ON ro.oid = a.usesysid
+                                             WHERE a.pid = r.holder_pid)
+                                      THEN 'That backend runs as a superuser: only a superuser can terminate it.'
+                                      ELSE 'Terminating another role''s backend needs that role''s privileges or pg_signal_backend.'
+                                 END;
+            END;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$fn$;
+
 -- Every function gets a COMMENT (0.2.0 had them on the views only). Below: sql/comments.sql
 -- verbatim, as a fresh install runs it.
 

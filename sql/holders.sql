@@ -105,8 +105,14 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    threshold interval := @extschema@.advlock_idle_threshold(older_than);
+    threshold interval;
 BEGIN
+    IF older_than < interval '0' THEN
+        RAISE EXCEPTION 'argument "older_than" of advlock_idle_holders must not be a negative interval'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass how long a holder must have been idle, e.g. interval ''5 minutes'', or NULL for advlock.idle_threshold.';
+    END IF;
+    threshold := @extschema@.advlock_idle_threshold(older_than);
     RETURN QUERY
         SELECT h.*
           FROM @extschema@.advlock_holders h
@@ -120,11 +126,19 @@ $fn$;
 -- For monitoring: distinct backends holding advisory locks while idle past the threshold.
 CREATE FUNCTION @extschema@.advlock_leak_count(older_than pg_catalog.interval DEFAULT NULL)
 RETURNS pg_catalog.int4
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT pg_catalog.count(DISTINCT h.pid)::pg_catalog.int4
-      FROM @extschema@.advlock_idle_holders(older_than) h;
-END;
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    -- plpgsql (not SQL) so that a bad argument is reported under this function's own name.
+    IF older_than < interval '0' THEN
+        RAISE EXCEPTION 'argument "older_than" of advlock_leak_count must not be a negative interval'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass how long a holder must have been idle, e.g. interval ''5 minutes'', or NULL for advlock.idle_threshold.';
+    END IF;
+    RETURN (SELECT count(DISTINCT h.pid)::int4 FROM @extschema@.advlock_idle_holders(older_than) h);
+END
+$fn$;
 
 -- The blunt last resort: terminate the backends behind idle holders, with the caller's own
 -- rights (pg_terminate_backend checks them), never the caller's own backend.
@@ -144,7 +158,11 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'Pass how long a holder must have been idle, e.g. interval ''10 minutes''; there is no default on purpose.';
     END IF;
-    PERFORM @extschema@.advlock_idle_threshold(older_than);  -- rejects a negative interval
+    IF older_than < interval '0' THEN
+        RAISE EXCEPTION 'argument "older_than" of advlock_terminate_idle_holders must not be a negative interval'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass how long a holder must have been idle, e.g. interval ''10 minutes''.';
+    END IF;
     IF dry_run IS NULL THEN
         RAISE EXCEPTION 'argument "dry_run" of advlock_terminate_idle_holders must not be null'
             USING ERRCODE = 'null_value_not_allowed',
@@ -168,9 +186,15 @@ BEGIN
             BEGIN
                 terminated := pg_terminate_backend(r.holder_pid);
             EXCEPTION WHEN insufficient_privilege THEN
+                -- pg_signal_backend never reaches a superuser's backend: say so instead.
                 RAISE WARNING 'not allowed to terminate PID % (application_name %)',
                     r.holder_pid, quote_literal(r.holder_app)
-                    USING HINT = 'Terminating another role''s backend needs that role''s privileges or pg_signal_backend.';
+                    USING HINT = CASE WHEN (SELECT ro.rolsuper FROM pg_stat_activity a
+                                              JOIN pg_roles ro ON ro.oid = a.usesysid
+                                             WHERE a.pid = r.holder_pid)
+                                      THEN 'That backend runs as a superuser: only a superuser can terminate it.'
+                                      ELSE 'Terminating another role''s backend needs that role''s privileges or pg_signal_backend.'
+                                 END;
             END;
         END IF;
         RETURN NEXT;

@@ -23,7 +23,7 @@ fn advlock_idle_threshold(older_than: default!(Option<Interval>, "NULL")) -> Int
             if total < 0 {
                 Report::new(
                     PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                    "argument \"older_than\" must not be a negative interval",
+                    "argument \"older_than\" of advlock_idle_threshold must not be a negative interval",
                 )
                 .hint("Pass how long a holder must have been idle, e.g. interval '5 minutes'.")
                 .raise();

@@ -347,6 +347,11 @@ def test_terminate_needs_the_right_privileges(hostile, admin, key):
             assert sorted(warnings) == sorted([f"not allowed to terminate PID {ap} (application_name 'rel-alice')",
                                                f"not allowed to terminate PID {sp} (application_name "
                                                f"'rel-superuser-holder')"])
+            # The HINT fits the backend: pg_signal_backend would help for alice's, never for a superuser's.
+            hints = {n.message_primary: n.message_hint for n in watcher.notices if n.severity == "WARNING"}
+            assert "pg_signal_backend" in hints[f"not allowed to terminate PID {ap} (application_name 'rel-alice')"]
+            assert hints[f"not allowed to terminate PID {sp} (application_name 'rel-superuser-holder')"] == \
+                "That backend runs as a superuser: only a superuser can terminate it."
         assert [r[0] for r in advisory_rows(admin, ap)] == [ap]
         assert alice.execute("SELECT 1").fetchone()[0] == 1
 
@@ -357,6 +362,8 @@ def test_terminate_needs_the_right_privileges(hostile, admin, key):
             assert rows == sorted([(ap, True), (sp, False)])
             assert [n.message_primary for n in killer.notices if n.severity == "WARNING"] == \
                 [f"not allowed to terminate PID {sp} (application_name 'rel-superuser-holder')"]
+            assert [n.message_hint for n in killer.notices if n.severity == "WARNING"] == \
+                ["That backend runs as a superuser: only a superuser can terminate it."]
         wait_until(lambda: not advisory_rows(admin, ap), what="the terminated holder's lock to vanish")
         with pytest.raises(psycopg.OperationalError):
             alice.execute("SELECT 1")

@@ -65,7 +65,7 @@ mod tests {
         );
         assert_eq!(
             error_of("SELECT advlock_idle_threshold('-1 second')"),
-            "22023: argument \"older_than\" must not be a negative interval"
+            "22023: argument \"older_than\" of advlock_idle_threshold must not be a negative interval"
         );
         assert_eq!(one_i64("SELECT advlock_leak_count()"), 0);
         assert_eq!(one_i64("SELECT count(*) FROM advlock_idle_holders('0')"), 0);
@@ -79,7 +79,7 @@ mod tests {
         );
         assert_eq!(
             error_of("SELECT * FROM advlock_terminate_idle_holders('-5 min')"),
-            "22023: argument \"older_than\" must not be a negative interval"
+            "22023: argument \"older_than\" of advlock_terminate_idle_holders must not be a negative interval"
         );
         assert_eq!(
             error_of("SELECT * FROM advlock_terminate_idle_holders('5 min', NULL)"),

@@ -33,5 +33,7 @@ SELECT * FROM advlock_terminate_idle_holders('10 minutes');
 SELECT * FROM advlock_terminate_idle_holders(NULL);
 SELECT * FROM advlock_terminate_idle_holders('-1 minute');
 SELECT advlock_leak_count('-1 second');
+SELECT * FROM advlock_idle_holders('-1 second');
+SELECT advlock_idle_threshold('-1 second');
 SET advlock.idle_threshold = -1;
 SET advlock.idle_treshold = '1s';
