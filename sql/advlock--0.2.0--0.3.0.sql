@@ -5,7 +5,8 @@
 -- both versions' objects, so a cluster upgraded with pg_upgrade keeps working before this runs.
 --
 -- advlock_holders: rows, holders and blocked_by from one snapshot of the lock table (0.2.0 called
--- pg_blocking_pids(), a second snapshot, so a waiter could show blocked by nobody). Same columns:
+-- pg_blocking_pids(), a second snapshot, so a waiter could show blocked by nobody), and
+-- is_idle_holder NULL where the caller cannot see the holder's activity. Same columns:
 -- CREATE OR REPLACE keeps the view's privileges, comment and dependent functions. Below: the
 -- view from sql/holders.sql verbatim.
 
@@ -41,11 +42,14 @@ SELECT
     a.query,
     i.idle_for,
     -- The leak signal: granted, outside any transaction (so necessarily a session lock),
-    -- idle for at least advlock.idle_threshold.
-    COALESCE(l.granted
-             AND a.state OPERATOR(pg_catalog.=) 'idle'
-             AND i.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold()),
-             false)                                                                     AS is_idle_holder,
+    -- idle for at least advlock.idle_threshold. NULL (unknown), not false, for a holder whose
+    -- activity pg_stat_activity hides from the caller: a blind spot must not look healthy.
+    CASE WHEN l.granted AND a.query OPERATOR(pg_catalog.=) '<insufficient privilege>' THEN NULL
+         ELSE COALESCE(l.granted
+                       AND a.state OPERATOR(pg_catalog.=) 'idle'
+                       AND i.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold()),
+                       false)
+    END                                                                                 AS is_idle_holder,
     l.waiting_since,
     b.blocked_by,
     -- Preloaded only (NULL otherwise): what advlock recorded when it granted this lock.
@@ -94,7 +98,9 @@ CROSS JOIN LATERAL (
 
 -- Messages: a negative older_than is reported under the name of the function called (issue #14,
 -- item 6), so advlock_leak_count becomes plpgsql; the terminate WARNING's HINT no longer
--- suggests pg_signal_backend for a superuser's backend. Below: sql/holders.sql verbatim.
+-- suggests pg_signal_backend for a superuser's backend. Blind spots (item 4): advlock_leak_count
+-- raises 42501 and advlock_idle_holders warns when pg_stat_activity hides a holder's activity.
+-- Below: sql/holders.sql verbatim.
 
 CREATE OR REPLACE FUNCTION @extschema@.advlock_idle_holders(older_than pg_catalog.interval DEFAULT NULL)
 RETURNS SETOF @extschema@.advlock_holders
@@ -103,6 +109,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     threshold interval;
+    hidden int;
 BEGIN
     IF older_than < interval '0' THEN
         RAISE EXCEPTION 'argument "older_than" of advlock_idle_holders must not be a negative interval'
@@ -110,6 +117,14 @@ BEGIN
                   HINT = 'Pass how long a holder must have been idle, e.g. interval ''5 minutes'', or NULL for advlock.idle_threshold.';
     END IF;
     threshold := @extschema@.advlock_idle_threshold(older_than);
+    SELECT count(DISTINCT h.pid) INTO hidden
+      FROM @extschema@.advlock_holders h
+     WHERE h.granted AND h.query = '<insufficient privilege>';
+    IF hidden > 0 THEN
+        RAISE WARNING 'advlock_idle_holders cannot see the activity of % backend(s) holding advisory locks', hidden
+            USING DETAIL = format('pg_stat_activity hides their state from role %s: idle holders among them are not listed.', current_user),
+                  HINT = format('Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO %s;', quote_ident(current_user));
+    END IF;
     RETURN QUERY
         SELECT h.*
           FROM @extschema@.advlock_holders h
@@ -125,6 +140,10 @@ RETURNS pg_catalog.int4
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    threshold interval;
+    leaks int;
+    hidden int;
 BEGIN
     -- plpgsql (not SQL) so that a bad argument is reported under this function's own name.
     IF older_than < interval '0' THEN
@@ -132,7 +151,20 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass how long a holder must have been idle, e.g. interval ''5 minutes'', or NULL for advlock.idle_threshold.';
     END IF;
-    RETURN (SELECT count(DISTINCT h.pid)::int4 FROM @extschema@.advlock_idle_holders(older_than) h);
+    threshold := @extschema@.advlock_idle_threshold(older_than);
+    SELECT count(DISTINCT h.pid) FILTER (WHERE h.backend_state = 'idle' AND h.idle_for >= threshold),
+           count(DISTINCT h.pid) FILTER (WHERE h.query = '<insufficient privilege>')
+      INTO leaks, hidden
+      FROM @extschema@.advlock_holders h
+     WHERE h.granted;
+    -- A count that cannot see every holder must not read as "no leak".
+    IF hidden > 0 THEN
+        RAISE EXCEPTION 'advlock_leak_count cannot see the activity of % backend(s) holding advisory locks', hidden
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('pg_stat_activity hides their state from role %s, so a leak among them could not be counted.', current_user),
+                  HINT = format('Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO %s;', quote_ident(current_user));
+    END IF;
+    RETURN leaks;
 END
 $fn$;
 

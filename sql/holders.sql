@@ -38,11 +38,14 @@ SELECT
     a.query,
     i.idle_for,
     -- The leak signal: granted, outside any transaction (so necessarily a session lock),
-    -- idle for at least advlock.idle_threshold.
-    COALESCE(l.granted
-             AND a.state OPERATOR(pg_catalog.=) 'idle'
-             AND i.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold()),
-             false)                                                                     AS is_idle_holder,
+    -- idle for at least advlock.idle_threshold. NULL (unknown), not false, for a holder whose
+    -- activity pg_stat_activity hides from the caller: a blind spot must not look healthy.
+    CASE WHEN l.granted AND a.query OPERATOR(pg_catalog.=) '<insufficient privilege>' THEN NULL
+         ELSE COALESCE(l.granted
+                       AND a.state OPERATOR(pg_catalog.=) 'idle'
+                       AND i.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold()),
+                       false)
+    END                                                                                 AS is_idle_holder,
     l.waiting_since,
     b.blocked_by,
     -- Preloaded only (NULL otherwise): what advlock recorded when it granted this lock.
@@ -106,6 +109,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     threshold interval;
+    hidden int;
 BEGIN
     IF older_than < interval '0' THEN
         RAISE EXCEPTION 'argument "older_than" of advlock_idle_holders must not be a negative interval'
@@ -113,6 +117,14 @@ BEGIN
                   HINT = 'Pass how long a holder must have been idle, e.g. interval ''5 minutes'', or NULL for advlock.idle_threshold.';
     END IF;
     threshold := @extschema@.advlock_idle_threshold(older_than);
+    SELECT count(DISTINCT h.pid) INTO hidden
+      FROM @extschema@.advlock_holders h
+     WHERE h.granted AND h.query = '<insufficient privilege>';
+    IF hidden > 0 THEN
+        RAISE WARNING 'advlock_idle_holders cannot see the activity of % backend(s) holding advisory locks', hidden
+            USING DETAIL = format('pg_stat_activity hides their state from role %s: idle holders among them are not listed.', current_user),
+                  HINT = format('Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO %s;', quote_ident(current_user));
+    END IF;
     RETURN QUERY
         SELECT h.*
           FROM @extschema@.advlock_holders h
@@ -129,6 +141,10 @@ RETURNS pg_catalog.int4
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    threshold interval;
+    leaks int;
+    hidden int;
 BEGIN
     -- plpgsql (not SQL) so that a bad argument is reported under this function's own name.
     IF older_than < interval '0' THEN
@@ -136,7 +152,20 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass how long a holder must have been idle, e.g. interval ''5 minutes'', or NULL for advlock.idle_threshold.';
     END IF;
-    RETURN (SELECT count(DISTINCT h.pid)::int4 FROM @extschema@.advlock_idle_holders(older_than) h);
+    threshold := @extschema@.advlock_idle_threshold(older_than);
+    SELECT count(DISTINCT h.pid) FILTER (WHERE h.backend_state = 'idle' AND h.idle_for >= threshold),
+           count(DISTINCT h.pid) FILTER (WHERE h.query = '<insufficient privilege>')
+      INTO leaks, hidden
+      FROM @extschema@.advlock_holders h
+     WHERE h.granted;
+    -- A count that cannot see every holder must not read as "no leak".
+    IF hidden > 0 THEN
+        RAISE EXCEPTION 'advlock_leak_count cannot see the activity of % backend(s) holding advisory locks', hidden
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('pg_stat_activity hides their state from role %s, so a leak among them could not be counted.', current_user),
+                  HINT = format('Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO %s;', quote_ident(current_user));
+    END IF;
+    RETURN leaks;
 END
 $fn$;
 
