@@ -4,10 +4,10 @@ use crate::errors::Report;
 use crate::gucs;
 use crate::lock_request::{timeout, Mode, Scope, Target};
 use crate::lockmgr;
+use crate::preload::labels;
+use crate::preload::stats::{self, Outcome};
 use crate::provisional;
-use crate::registry;
 use crate::server_text::ServerText;
-use crate::stats::{self, Outcome};
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::prelude::*;
 use std::time::Instant;
@@ -18,7 +18,7 @@ const UNLOCK: &str = "advlock_unlock";
 
 /// The whole acquisition: checks, a no-wait try, then (only if busy) a bounded wait.
 /// The uncontended path opens no subtransaction. When preloaded, the outcome is counted per
-/// namespace (`stats`) and an `(ns, id)` lock gets a label (`registry`); neither waits or fails.
+/// namespace (`stats`) and an `(ns, id)` lock gets a label (`labels`); neither waits or fails.
 fn acquire(function: &str, target: &Target, timeout_ms: i32, scope: Scope, mode: Mode) -> bool {
     lockmgr::prevent_in_parallel_mode();
     if lockmgr::in_recovery() && !gucs::ALLOW_ON_STANDBY.get() {
@@ -60,7 +60,7 @@ fn acquire(function: &str, target: &Target, timeout_ms: i32, scope: Scope, mode:
 /// Bookkeeping of one granted hold: its label, and (session scope) its release should the
 /// statement fail (`provisional`).
 fn took(target: &Target, scope: Scope, mode: Mode) {
-    registry::acquired(target, scope, mode);
+    labels::acquired(target, scope, mode);
     if scope == Scope::Session {
         provisional::taken(target.key, mode);
     }
@@ -113,7 +113,7 @@ fn unlock(target: Target, mode: Option<ServerText>) -> bool {
     let mode = Mode::parse(mode, UNLOCK);
     let released = lockmgr::release_session(target.key, mode);
     if released {
-        registry::released_session(target.key, mode);
+        labels::released_session(target.key, mode);
         provisional::released(target.key, mode);
     }
     released

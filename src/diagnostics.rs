@@ -82,7 +82,7 @@ pgrx::extension_sql_file!(
     requires = [
         advlock_idle_threshold,
         advlock_lock_entries,
-        registry::advlock_labels
+        labels::advlock_labels
     ]
 );
 

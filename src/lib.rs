@@ -10,11 +10,9 @@ mod gucs;
 mod keys;
 mod lock_request;
 mod lockmgr;
+mod preload;
 mod provisional;
-mod registry;
 mod server_text;
-mod shmem;
-mod stats;
 
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;
@@ -29,11 +27,9 @@ pgrx::extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     // Labels and statistics live in shared memory, which only a preloaded library can get.
-    let preloading = shmem::preloading();
-    gucs::init(preloading);
-    if preloading {
-        shmem::install_hooks();
-    }
+    // The settings first: the shared-memory sizes read the capacity settings.
+    gucs::init(preload::shmem::preloading());
+    preload::init();
 }
 
 /// Required by `cargo pgrx test`.

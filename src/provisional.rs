@@ -18,7 +18,8 @@
 //! still running (`lockmgr::statement_identity`) are undone; holds of earlier statements are
 //! simply forgotten, at transaction end or when the next one is recorded.
 use crate::lock_request::Mode;
-use crate::{lockmgr, registry};
+use crate::lockmgr;
+use crate::preload::labels;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
@@ -86,7 +87,7 @@ fn undo_failed_statement(subxact: Option<pg_sys::SubTransactionId>) {
         // Not held any more only if something released it behind advlock's back (e.g.
         // pg_advisory_unlock in the same statement); then there is nothing to undo.
         if lockmgr::held_by_me(key, mode) && lockmgr::release_session(key, mode) {
-            registry::released_session(key, mode);
+            labels::released_session(key, mode);
         }
     }
 }

@@ -1,10 +1,9 @@
-//! The shared memory behind labels (`registry`) and namespace statistics (`stats`). It exists
-//! only when advlock is loaded through `shared_preload_libraries`, as for pg_stat_statements:
-//! `_PG_init` then installs `shmem_request_hook` (reserve space and one LWLock) and
-//! `shmem_startup_hook` (create or attach the two tables). Without preload nothing is
-//! requested, recording is a no-op and the statistics functions raise 55000.
+//! The shared-memory mechanism under the preloaded features. It exists only when advlock is
+//! loaded through `shared_preload_libraries`, as for pg_stat_statements: `_PG_init` then
+//! installs `shmem_request_hook` (reserve each segment's space and one LWLock) and
+//! `shmem_startup_hook` (create or attach each segment). This module knows the segments only
+//! by their `Segment` description; it calls no feature by name.
 use crate::errors::Report;
-use crate::{registry, stats};
 use pgrx::pg_sys;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::prelude::*;
@@ -14,6 +13,17 @@ pub const TRANCHE: &core::ffi::CStr = c"advlock";
 
 static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
 static mut PREV_SHMEM_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
+/// The segments handed to `install_hooks` (set once, in the postmaster, before any child exists).
+static mut SEGMENTS: &[Segment] = &[];
+
+/// One feature's piece of shared memory.
+pub struct Segment {
+    /// Bytes to reserve (read in the shmem_request hook, after the settings are loaded).
+    pub size: fn() -> usize,
+    /// Create or attach the structure. Called only from the shmem_startup hook, under
+    /// AddinShmemInitLock.
+    pub attach: unsafe fn(),
+}
 
 /// True while `_PG_init` runs as part of `shared_preload_libraries`.
 pub fn preloading() -> bool {
@@ -22,10 +32,11 @@ pub fn preloading() -> bool {
 }
 
 /// Called from `_PG_init` when preloading: chain our hooks in front of the previous ones.
-pub fn install_hooks() {
+pub fn install_hooks(segments: &'static [Segment]) {
     // SAFETY: _PG_init runs single-threaded in the postmaster before any child exists; the
     // previous hook values are saved and called first, as every extension does.
     unsafe {
+        SEGMENTS = segments;
         PREV_SHMEM_REQUEST_HOOK = pg_sys::shmem_request_hook;
         pg_sys::shmem_request_hook = Some(shmem_request);
         PREV_SHMEM_STARTUP_HOOK = pg_sys::shmem_startup_hook;
@@ -41,8 +52,9 @@ unsafe extern "C-unwind" fn shmem_request() {
         if let Some(prev) = PREV_SHMEM_REQUEST_HOOK {
             prev();
         }
-        pg_sys::RequestAddinShmemSpace(registry::shmem_size());
-        pg_sys::RequestAddinShmemSpace(stats::shmem_size());
+        for segment in SEGMENTS {
+            pg_sys::RequestAddinShmemSpace((segment.size)());
+        }
         pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), 1);
     }
 }
@@ -58,8 +70,9 @@ unsafe extern "C-unwind" fn shmem_startup() {
         }
         let addin_shmem_init_lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
         pg_sys::LWLockAcquire(addin_shmem_init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
-        registry::shmem_attach();
-        stats::shmem_attach();
+        for segment in SEGMENTS {
+            (segment.attach)();
+        }
         pg_sys::LWLockRelease(addin_shmem_init_lock);
     }
 }

@@ -8,16 +8,16 @@
 //! waits: it tries the lock a bounded number of times (LWLockConditionalAcquire) and, if that
 //! fails or the table is full, counts a dropped sample instead.
 use crate::lock_request::Target;
-use crate::registry;
+use crate::preload::labels;
+use crate::preload::shmem;
 use crate::server_text::{ServerText, ServerTextOut};
-use crate::shmem;
 use core::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::time::Instant;
 
 /// Namespaces are truncated to this many bytes (at a character boundary) for counting.
-pub const NS_BYTES: usize = registry::LABEL_BYTES;
+pub const NS_BYTES: usize = labels::LABEL_BYTES;
 
 /// Attempts at the LWLock before a sample is dropped.
 const LOCK_ATTEMPTS: u32 = 1_000;
@@ -55,6 +55,12 @@ static TABLE: AtomicPtr<Header> = AtomicPtr::new(core::ptr::null_mut());
 fn buckets_for(capacity: usize) -> usize {
     (capacity * 2).next_power_of_two()
 }
+
+/// The shared memory of this feature, for `shmem::install_hooks`.
+pub const SEGMENT: shmem::Segment = shmem::Segment {
+    size: shmem_size,
+    attach: shmem_attach,
+};
 
 pub fn shmem_size() -> usize {
     let capacity = crate::gucs::MAX_NAMESPACES.get().max(1) as usize;
@@ -531,7 +537,7 @@ fn advlock_stats_info() -> TableIterator<
     ),
 > {
     let table = require("advlock_stats_info");
-    let (labels_in_use, max_labels, labels_dropped) = registry::usage().unwrap_or((0, 0, 0));
+    let (labels_in_use, max_labels, labels_dropped) = labels::usage().unwrap_or((0, 0, 0));
     table.lock(pg_sys::LWLockMode::LW_SHARED);
     let header = table.header();
     let (used, capacity) = (header.used as i64, header.capacity as i64);
@@ -547,7 +553,7 @@ fn advlock_stats_info() -> TableIterator<
 }
 
 pgrx::extension_sql_file!(
-    "../sql/stats.sql",
+    "../../sql/stats.sql",
     name = "stats",
     requires = [advlock_stats, advlock_stats_reset, advlock_stats_info]
 );
