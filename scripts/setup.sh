@@ -27,6 +27,7 @@ need_apt=()
 if [[ " ${majors[*]} " == *" 15 "* ]] && ! major_installed 15; then need_apt+=(postgresql-15 postgresql-server-dev-15); fi
 command -v unzip >/dev/null || need_apt+=(unzip)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)   # the stock-bookworm package test
+[ -f /usr/share/java/postgresql.jar ] || need_apt+=(libpostgresql-jdbc-java)   # the README's JDBC snippet
 # lintian is perl; PostgreSQL 17's packages brought trixie's perl, so lintian comes from trixie
 # too, keeping bookworm's apt (apt would otherwise be upgraded along with libapt-pkg-perl).
 command -v lintian >/dev/null || need_pg+=(lintian apt/bookworm apt-transport-https/bookworm)
@@ -110,4 +111,10 @@ fi
 for major in "${majors[@]}"; do
   log "ready: PostgreSQL $("$(pg_config_for "$major")" --version | awk '{print $2}') ($(major_source "$major"))"
 done
+# node-postgres for the README's Node.js snippet (pg_test/clients/test_readme_snippets.py).
+js="$repo/pg_test/clients/js"
+if command -v npm >/dev/null && [ ! -d "$js/node_modules/pg" ]; then
+  log "npm install (pg_test/clients/js: node-postgres for the README snippet test)"
+  (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
+fi
 log "ready: $(cargo pgrx --version)"

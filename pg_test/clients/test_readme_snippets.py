@@ -1,0 +1,164 @@
+"""Every driver snippet in the README's "Driver snippets" section, run as written.
+
+The snippets are extracted from README.md, not retyped: each runs with a real connection and a
+`process_account` that records, from the snippet's own session, whether it holds the advisory
+lock on advlock_key('account', 42) at that moment. Each must have held it while processing and
+released it at COMMIT. A new snippet language without a runner here fails the inventory test.
+"""
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import pgsupport
+from pgsupport import psy
+
+HERE = Path(__file__).resolve().parent
+README = HERE.parent.parent / "README.md"
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")   # Debian's libpostgresql-jdbc-java
+NODE_MODULES = HERE / "js" / "node_modules"           # npm install by scripts/setup.sh
+
+# What process_account checks, from the snippet's session: the lock it was given.
+HELD_SQL = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+            "AND granted AND ((classid::int8 << 32) | objid::int8) = advlock_key('account', 42)")
+
+
+def driver_snippets():
+    """(label, language, code) for each fenced block of the Driver snippets section."""
+    text = README.read_text()
+    section = text.split("\n## Driver snippets\n", 1)[1].split("\n## ", 1)[0]
+    found = []
+    for m in re.finditer(r"\n([^\n`]+):\n\n```(\w+)\n(.*?)\n```", section, re.S):
+        found.append((m.group(1).strip(), m.group(2), m.group(3)))
+    return found
+
+
+def snippet(label):
+    matches = [s for s in driver_snippets() if s[0] == label]
+    assert len(matches) == 1, f"README has {len(matches)} snippets labelled {label!r}"
+    return matches[0][2]
+
+
+def lock_released(admin):
+    return admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                         "AND ((classid::int8 << 32) | objid::int8) = advlock_key('account', 42)").fetchone()[0] == 0
+
+
+@pytest.fixture
+def admin():
+    conn = psy("advlock-test/readme-admin")
+    yield conn
+    conn.close()
+
+
+def test_inventory():
+    labels = [s[0] for s in driver_snippets()]
+    assert labels == ["Python, psycopg 3", "Python, asyncpg", "Node.js, node-postgres", "Go, pgx", "Java, JDBC"], labels
+
+
+def test_psycopg_snippet(admin):
+    conn = psy("advlock-test/readme-psycopg")
+    seen = []
+
+    def process_account(c, account_id):
+        seen.append((account_id, c.execute(HELD_SQL).fetchone()[0]))
+
+    try:
+        exec(snippet("Python, psycopg 3"), {"conn": conn, "process_account": process_account})
+    finally:
+        conn.close()
+    assert seen == [(42, 1)]
+    assert lock_released(admin)
+
+
+def test_asyncpg_snippet(admin):
+    code = "async def run(conn, process_account):\n" + textwrap.indent(snippet("Python, asyncpg"), "    ")
+    scope = {}
+    exec(code, scope)
+    seen = []
+
+    async def process_account(c, account_id):
+        seen.append((account_id, await c.fetchval(HELD_SQL)))
+
+    async def main():
+        conn = await pgsupport.apg("advlock-test/readme-asyncpg")
+        try:
+            await scope["run"](conn, process_account)
+        finally:
+            await conn.close()
+
+    asyncio.run(main())
+    assert seen == [(42, 1)]
+    assert lock_released(admin)
+
+
+def test_node_postgres_snippet(admin, tmp_path):
+    node = shutil.which("node")
+    if not node or not (NODE_MODULES / "pg").is_dir():
+        pytest.fail("node and pg_test/clients/js/node_modules/pg are needed (scripts/setup.sh installs them)")
+    program = tmp_path / "snippet.js"
+    program.write_text(textwrap.dedent(f"""\
+        const {{ Client }} = require({json.dumps(str(NODE_MODULES / "pg"))});
+        const seen = [];
+        async function processAccount(client, accountId) {{
+          const r = await client.query({json.dumps(HELD_SQL)});
+          seen.push([accountId, Number(r.rows[0].count)]);
+        }}
+        (async () => {{
+          const client = new Client({{ host: {json.dumps(pgsupport.HOST)}, port: {pgsupport.PORT},
+                                       user: {json.dumps(pgsupport.USER)}, database: {json.dumps(pgsupport.DATABASE)} }});
+          await client.connect();
+          try {{
+        {textwrap.indent(snippet("Node.js, node-postgres"), "    ")}
+          }} finally {{ await client.end(); }}
+          console.log(JSON.stringify(seen));
+        }})().catch(e => {{ console.error(e); process.exit(1); }});
+        """))
+    out = subprocess.run([node, str(program)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [[42, 1]]
+    assert lock_released(admin)
+
+
+def test_go_pgx_snippet():
+    # Go modules come from proxy.golang.org, which this project's machines cannot reach; the
+    # snippet is the same statement and casts as the others. Reported as skipped, never passed.
+    pytest.skip("Go, pgx: no Go module proxy reachable here; snippet not run")
+
+
+def test_jdbc_snippet(admin, tmp_path):
+    javac, java = shutil.which("javac"), shutil.which("java")
+    if not (javac and java and JDBC_JAR.is_file()):
+        pytest.fail("javac, java and /usr/share/java/postgresql.jar are needed (scripts/setup.sh installs the jar)")
+    source = tmp_path / "Snippet.java"
+    url = f"jdbc:postgresql://{pgsupport.HOST}:{pgsupport.PORT}/{pgsupport.DATABASE}?user={pgsupport.USER}"
+    source.write_text(textwrap.dedent(f"""\
+        import java.sql.*;
+        public class Snippet {{
+          static String seen = "";
+          static void processAccount(Connection conn, long accountId) throws SQLException {{
+            try (var st = conn.createStatement(); var rs = st.executeQuery({json.dumps(HELD_SQL)})) {{
+              rs.next(); seen += accountId + ":" + rs.getLong(1);
+            }}
+          }}
+          public static void main(String[] args) throws Exception {{
+            try (Connection conn = DriverManager.getConnection({json.dumps(url)})) {{
+        {textwrap.indent(snippet("Java, JDBC"), "      ")}
+            }}
+            System.out.println(seen);
+          }}
+        }}
+        """))
+    build = subprocess.run([javac, "-cp", str(JDBC_JAR), "-d", str(tmp_path), str(source)],
+                           capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, build.stderr
+    out = subprocess.run([java, "-cp", f"{JDBC_JAR}:{tmp_path}", "Snippet"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "42:1"
+    assert lock_released(admin)
