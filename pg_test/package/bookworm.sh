@@ -27,8 +27,13 @@ cleanup() {
   echo "bookworm: $passed checks passed, $failed failed"
 }
 
+# A run killed while the chroot was in use may have left /proc and /dev mounted in it: unmount
+# them before anything else, and never remove the tree while something is mounted below it
+# (rm -rf through a bind mount of /dev would delete the host's device nodes).
+for m in dev proc; do mountpoint -q "$root/$m" && umount "$root/$m"; done
 if [ ! -x "$root/usr/lib/postgresql/15/bin/postgres" ]; then
   echo "bookworm: debootstrap bookworm (minbase + postgresql-15) into $root"
+  if grep -q " $root/" /proc/mounts; then echo "bookworm: something is still mounted under $root" >&2; exit 1; fi
   rm -rf "$root"
   debootstrap --variant=minbase --include=postgresql-15 bookworm "$root" http://deb.debian.org/debian \
     >/tmp/advlock-debootstrap.log 2>&1 || { tail -20 /tmp/advlock-debootstrap.log; echo "pg15-bookworm 0 1" >>"$summary"; exit 1; }
