@@ -6,7 +6,6 @@
 use crate::errors::{invalid_argument, required};
 use crate::server_text::ServerText;
 use core::hash::Hasher;
-use pgrx::prelude::*;
 use siphasher::sip::SipHasher24;
 
 /// The key contract on UTF-8 bytes. Public so tests and the reference vectors use the same code.
@@ -68,28 +67,52 @@ pub fn key_of_int(ns: &ServerText, id: i64) -> i64 {
     advlock_key_bytes(&ns.to_utf8(), decimal(id, &mut buf))
 }
 
-/// `advlock_key(ns text, id text) → bigint`
-#[pg_extern(name = "advlock_key", immutable, parallel_safe)]
-fn advlock_key_text(ns: Option<ServerText>, id: Option<ServerText>) -> i64 {
+// advlock_key is called once per row in scans and generated columns, where pgrx's generic
+// wrapper cost as much as the hash itself. Its three SQL functions therefore call hand-written
+// fmgr entry points (`key_entry`), which take the common case — both arguments present, in-line,
+// non-empty, needing no encoding conversion — without any guard, and hand everything else to the
+// guarded functions below, which check, convert and raise exactly as before. The SQL and the
+// symbol names are those pgrx generated for 0.2.0, so databases still at 0.2.0 keep working.
+
+/// `advlock_key(ns text, id text) → bigint`: the checked path of `key_entry`.
+pub fn advlock_key_text(ns: Option<ServerText>, id: Option<ServerText>) -> i64 {
     let ns = namespace(ns, "advlock_key");
     let id = required(id, "advlock_key", "id");
     key_of_text(&ns, &id)
 }
 
 /// `advlock_key(ns text, id bigint) → bigint`: same as the decimal text of `id`.
-#[pg_extern(name = "advlock_key", immutable, parallel_safe)]
-fn advlock_key_int(ns: Option<ServerText>, id: Option<i64>) -> i64 {
+pub fn advlock_key_int(ns: Option<ServerText>, id: Option<i64>) -> i64 {
     let ns = namespace(ns, "advlock_key");
     let id = required(id, "advlock_key", "id");
     key_of_int(&ns, id)
 }
 
 /// `advlock_key(ns text) → bigint`: a singleton key, same as `advlock_key(ns, '')`.
-#[pg_extern(name = "advlock_key", immutable, parallel_safe)]
-fn advlock_key_ns(ns: Option<ServerText>) -> i64 {
+pub fn advlock_key_ns(ns: Option<ServerText>) -> i64 {
     let ns = namespace(ns, "advlock_key");
     advlock_key_bytes(&ns.to_utf8(), b"")
 }
+
+pgrx::extension_sql!(
+    r#"
+CREATE FUNCTION "advlock_key"("ns" text, "id" bigint) RETURNS bigint
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'advlock_key_int_wrapper';
+
+CREATE FUNCTION "advlock_key"("ns" text) RETURNS bigint
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'advlock_key_ns_wrapper';
+
+CREATE FUNCTION "advlock_key"("ns" text, "id" text) RETURNS bigint
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'advlock_key_text_wrapper';
+"#,
+    name = "advlock_key",
+);
 
 #[cfg(test)]
 mod unit {

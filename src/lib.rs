@@ -7,6 +7,7 @@ mod acquisition;
 mod diagnostics;
 mod errors;
 mod gucs;
+mod key_entry;
 mod keys;
 mod lock_request;
 mod lockmgr;

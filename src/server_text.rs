@@ -68,7 +68,7 @@ impl<'a> ServerText<'a> {
     }
 }
 
-fn needs_conversion() -> bool {
+pub fn needs_conversion() -> bool {
     // SAFETY: reads the backend-local database encoding; always set inside a backend.
     let enc = unsafe { pg_sys::GetDatabaseEncoding() } as u32;
     enc != pg_sys::pg_enc::PG_UTF8 as u32 && enc != pg_sys::pg_enc::PG_SQL_ASCII as u32
