@@ -22,8 +22,39 @@ WITH backends AS MATERIALIZED (
 -- rows, holders and blockers all come from it, so a waiter is never shown blocked by nobody.
 -- pg_stat_activity is a second, separate snapshot: the activity columns may be a moment apart.
 entries AS MATERIALIZED (
-    SELECT e.key, e.key1, e.key2, e.mode, e.granted, e.pid, e.waiting_since
+    SELECT e.key, e.key1, e.key2, e.mode, e.granted, e.pid, e.waiting_since,
+           -- One hashable join key per lock: (kind, k) with kind 1 for int8 keys, 2 for int4 pairs.
+           CASE WHEN e.key IS NOT NULL THEN 1 ELSE 2 END AS kind,
+           COALESCE(e.key, (e.key1::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
+                           OPERATOR(pg_catalog.|) (e.key2::pg_catalog.int8 OPERATOR(pg_catalog.&) 4294967295)) AS k
       FROM @extschema@.advlock_lock_entries() e
+),
+-- Waiters only (a backend waits for one lock at a time, so one row per waiting pid): who blocks
+-- them, as pg_blocking_pids() defines it but from the same snapshot. Holders of a conflicting
+-- mode of the same lock, and waiters for a conflicting mode queued ahead (earlier waiting_since;
+-- one whose wait start is not yet recorded joined last). Should that order leave nobody (two
+-- wait starts recorded out of queue order), every conflicting waiter: in a consistent snapshot
+-- a waiter always has a conflicting holder or waiter. A prepared transaction shows as pid 0,
+-- as in pg_blocking_pids(). A hash join on (kind, k): no per-row work when nobody waits.
+blocked AS (
+    SELECT w.pid,
+           COALESCE(
+               pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0))
+                   FILTER (WHERE o.granted
+                              OR (o.waiting_since IS NOT NULL
+                                  AND (w.waiting_since IS NULL
+                                       OR o.waiting_since OPERATOR(pg_catalog.<) w.waiting_since))),
+               pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0))
+                   FILTER (WHERE o.pid IS NOT NULL OR o.granted),
+               '{}'::pg_catalog.int4[]) AS blocked_by
+      FROM entries w
+      LEFT JOIN entries o
+             ON o.kind OPERATOR(pg_catalog.=) w.kind
+            AND o.k OPERATOR(pg_catalog.=) w.k
+            AND o.pid IS DISTINCT FROM w.pid
+            AND (o.mode OPERATOR(pg_catalog.=) 'exclusive' OR w.mode OPERATOR(pg_catalog.=) 'exclusive')
+     WHERE NOT w.granted
+     GROUP BY w.pid
 )
 SELECT
     l.key,                          -- int8 keys (pg_advisory_*(bigint), advlock); NULL otherwise
@@ -60,29 +91,7 @@ SELECT
 -- before any tuple is built, so other locks cost next to nothing.
 FROM entries l
 LEFT JOIN backends a ON a.pid OPERATOR(pg_catalog.=) l.pid
--- Waiters only: who blocks them, as pg_blocking_pids() defines it but from the same snapshot.
--- Holders of a conflicting mode of the same key, and waiters for a conflicting mode queued
--- ahead (earlier waiting_since; one whose wait start is not yet recorded joined last). Should
--- that order leave nobody (two wait starts recorded out of queue order), every conflicting
--- waiter: in a consistent snapshot a waiter always has a conflicting holder or waiter. A
--- prepared transaction shows as pid 0, as in pg_blocking_pids().
-LEFT JOIN LATERAL (
-    SELECT COALESCE(
-               pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0))
-                   FILTER (WHERE o.granted
-                              OR (o.waiting_since IS NOT NULL
-                                  AND (l.waiting_since IS NULL
-                                       OR o.waiting_since OPERATOR(pg_catalog.<) l.waiting_since))),
-               pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0)),
-               '{}'::pg_catalog.int4[]) AS blocked_by
-      FROM entries o
-     WHERE NOT l.granted
-       AND o.key IS NOT DISTINCT FROM l.key
-       AND o.key1 IS NOT DISTINCT FROM l.key1
-       AND o.key2 IS NOT DISTINCT FROM l.key2
-       AND o.pid IS DISTINCT FROM l.pid
-       AND (o.mode OPERATOR(pg_catalog.=) 'exclusive' OR l.mode OPERATOR(pg_catalog.=) 'exclusive')
-) b ON NOT l.granted
+LEFT JOIN blocked b ON NOT l.granted AND b.pid OPERATOR(pg_catalog.=) l.pid
 -- A recorded label only ever shows next to a granted lock of the same backend, key and mode
 -- that the lock manager reports right now: a stale entry matches nothing.
 LEFT JOIN @extschema@.advlock_labels() lb
