@@ -162,3 +162,37 @@ def test_jdbc_snippet(admin, tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "42:1"
     assert lock_released(admin)
+
+
+def sql_block_containing(marker):
+    """The README's ```sql block that contains `marker`, as written."""
+    blocks = re.findall(r"```sql\n(.*?)\n```", README.read_text(), re.S)
+    matches = [b for b in blocks if marker in b]
+    assert len(matches) == 1, f"{len(matches)} README sql blocks contain {marker!r}"
+    return matches[0]
+
+
+def test_acquisition_examples_run_as_written(admin, tmp_path):
+    """The SQL reference's acquisition examples, pasted into psql as written, while another
+    session holds billing/invoice-17: one ERROR (the 55P03 the example shows), no WARNING (the
+    shared-lock example runs inside a transaction block), and psql is usable afterwards (the
+    example ends its aborted transaction)."""
+    script = tmp_path / "examples.sql"
+    script.write_text(sql_block_containing("-- Readers share") + "\nSELECT 'usable after the examples' AS marker;\n")
+    os.chmod(tmp_path, 0o755)
+    os.chmod(script, 0o644)
+    holder = psy("billing-worker")
+    try:
+        assert holder.execute("SELECT advlock_try_with_timeout('billing', 'invoice-17', 0, scope => 'session')").fetchone()[0]
+        psql = os.path.join(os.environ.get("PGBIN", "/usr/lib/postgresql/17/bin"), "psql")
+        out = subprocess.run([psql, "-X", "-h", pgsupport.HOST, "-p", str(pgsupport.PORT), "-U", pgsupport.USER,
+                              "-d", pgsupport.DATABASE, "-f", str(script)], capture_output=True, text=True, timeout=60)
+        errors = [l for l in out.stderr.splitlines() if "ERROR:" in l]
+        warnings = [l for l in out.stderr.splitlines() if "WARNING:" in l]
+        assert len(errors) == 1 and "could not obtain exclusive advisory lock" in errors[0], out.stderr
+        assert warnings == [], out.stderr
+        assert "usable after the examples" in out.stdout, out.stdout + out.stderr
+        assert holder.execute("SELECT advlock_unlock('billing', 'invoice-17')").fetchone()[0] is True
+    finally:
+        holder.close()
+    assert lock_released(admin)
