@@ -58,8 +58,8 @@ for major in "${majors[@]}"; do
   if [ -n "$too_new" ] || objdump -T "$so" | grep -q '__isoc23_'; then
     echo "package: $so needs glibc symbols newer than $glibc_max: $too_new" >&2; exit 1
   fi
-  # The upgrade scripts (sql/advlock--A--B.sql) ship next to the install script.
-  cp sql/advlock--*--*.sql "$extdir/"
+  # cargo pgrx package already put the upgrade scripts (sql/advlock--A--B.sql) next to it.
+  ls "$extdir"/advlock--*--*.sql >/dev/null || { echo "package: no upgrade scripts in $extdir" >&2; exit 1; }
 
   # --- Debian package --------------------------------------------------------------------
   pkg="postgresql-$major-advlock"
