@@ -26,6 +26,10 @@ need_pg=()
 need_apt=()
 if [[ " ${majors[*]} " == *" 15 "* ]] && ! major_installed 15; then need_apt+=(postgresql-15 postgresql-server-dev-15); fi
 command -v unzip >/dev/null || need_apt+=(unzip)
+# scripts/package.sh: dpkg-shlibdeps (dpkg-dev), fakeroot, objdump and strip (binutils).
+command -v dpkg-shlibdeps >/dev/null || need_apt+=(dpkg-dev)
+command -v fakeroot >/dev/null || need_apt+=(fakeroot)
+command -v objdump >/dev/null || need_apt+=(binutils)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)   # the stock-bookworm package test
 [ -f /usr/share/java/postgresql.jar ] || need_apt+=(libpostgresql-jdbc-java)   # the README's JDBC snippet
 # lintian is perl; PostgreSQL 17's packages brought trixie's perl, so lintian comes from trixie
