@@ -82,7 +82,8 @@ SELECT
     -- Preloaded only (NULL otherwise): what advlock recorded when it granted this lock.
     lb.label,
     lb.scope,
-    lb.held_since
+    lb.held_since,
+    lb.token                        -- the fencing token of the latest advlock_try_with_token hold
 -- advlock_lock_entries(): pg_lock_status() filtered to this database's advisory locks in C,
 -- before any tuple is built, so other locks cost next to nothing.
 FROM entries l

@@ -16,10 +16,8 @@ const TRY: &str = "advlock_try_with_timeout";
 const LOCK: &str = "advlock_lock_with_timeout";
 const UNLOCK: &str = "advlock_unlock";
 
-/// The whole acquisition: checks, a no-wait try, then (only if busy) a bounded wait.
-/// The uncontended path opens no subtransaction. When preloaded, the outcome is counted per
-/// namespace (`stats`) and an `(ns, id)` lock gets a label (`labels`); neither waits or fails.
-fn acquire(function: &str, target: &Target, timeout_ms: i32, scope: Scope, mode: Mode) -> bool {
+/// The checks every acquisition makes before touching the lock manager.
+pub(crate) fn preflight(function: &str, scope: Scope) {
     lockmgr::prevent_in_parallel_mode();
     if lockmgr::in_recovery() && !gucs::ALLOW_ON_STANDBY.get() {
         Report::new(
@@ -38,6 +36,19 @@ fn acquire(function: &str, target: &Target, timeout_ms: i32, scope: Scope, mode:
         .hint("Call it between BEGIN and COMMIT, or use scope => 'session' and advlock_unlock().")
         .warn();
     }
+}
+
+/// The whole acquisition: checks, a no-wait try, then (only if busy) a bounded wait.
+/// The uncontended path opens no subtransaction. When preloaded, the outcome is counted per
+/// namespace (`stats`) and an `(ns, id)` lock gets a label (`labels`); neither waits or fails.
+pub(crate) fn acquire(
+    function: &str,
+    target: &Target,
+    timeout_ms: i32,
+    scope: Scope,
+    mode: Mode,
+) -> bool {
+    preflight(function, scope);
     if lockmgr::try_acquire(target.key, mode, scope) {
         stats::count(target, Outcome::Immediate);
         took(target, scope, mode);
@@ -59,7 +70,7 @@ fn acquire(function: &str, target: &Target, timeout_ms: i32, scope: Scope, mode:
 
 /// Bookkeeping of one granted hold: its label, and (session scope) its release should the
 /// statement fail (`provisional`).
-fn took(target: &Target, scope: Scope, mode: Mode) {
+pub(crate) fn took(target: &Target, scope: Scope, mode: Mode) {
     labels::acquired(target, scope, mode);
     if scope == Scope::Session {
         provisional::taken(target.key, mode);
@@ -94,10 +105,7 @@ fn lock_with_timeout(
             PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
             format!(
                 "could not obtain {} advisory lock on {} within {timeout_ms} ms (waited {waited} ms)",
-                match mode {
-                    Mode::Exclusive => "exclusive",
-                    Mode::Shared => "shared",
-                },
+                mode.word(),
                 target.describe()
             ),
         )

@@ -44,7 +44,7 @@ pub fn null_argument(function: &str, argument: &str) -> ! {
         format!("argument \"{argument}\" of {function} must not be null"),
     )
     .hint(match argument {
-        "key" | "ns" | "id" => {
+        "key" | "ns" | "id" | "keys" | "ids" => {
             "A NULL key would lock nothing: pass a value for every part of the key."
         }
         "timeout_ms" => {

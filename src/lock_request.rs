@@ -32,6 +32,14 @@ impl Scope {
 }
 
 impl Mode {
+    /// For messages: "exclusive" / "shared".
+    pub fn word(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
+        }
+    }
+
     pub fn parse(value: Option<ServerText>, function: &str) -> Mode {
         let value = required(value, function, "mode");
         match value.as_bytes() {

@@ -47,6 +47,11 @@ pub fn in_transaction_block() -> bool {
     unsafe { pg_sys::IsTransactionBlock() }
 }
 
+pub fn in_read_only_transaction() -> bool {
+    // SAFETY: reads backend-local transaction state.
+    unsafe { pg_sys::XactReadOnly }
+}
+
 pub fn in_recovery() -> bool {
     // SAFETY: RecoveryInProgress only reads shared memory state under its own spinlock.
     unsafe { pg_sys::RecoveryInProgress() }
@@ -80,6 +85,17 @@ pub fn release_session(key: i64, mode: Mode) -> bool {
     let tag = advisory_tag(key);
     // SAFETY: a valid tag; LockRelease only touches this backend's holds.
     unsafe { pg_sys::LockRelease(&tag, lockmode(mode), true) }
+}
+
+/// Releases one transaction-level hold taken by the current resource owner (an all-or-nothing
+/// call giving back what it took). The lock manager counts holds per owner, so a hold the
+/// transaction had before the call stays.
+pub fn release_xact(key: i64, mode: Mode) {
+    let tag = advisory_tag(key);
+    // SAFETY: a valid tag; with sessionLock = false LockRelease releases one hold owned by
+    // CurrentResourceOwner, which is where LockAcquire (and acquire_within, which hands its
+    // subtransaction's locks to the caller's owner) put it.
+    unsafe { pg_sys::LockRelease(&tag, lockmode(mode), false) };
 }
 
 /// Waits in the lock manager's queue for at most `timeout_ms` (> 0). True when the lock is

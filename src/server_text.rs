@@ -11,6 +11,7 @@ use std::borrow::Cow;
 /// How much of a user-supplied string an error message shows.
 const DISPLAY_CHARS: usize = 64;
 
+#[derive(Clone, Copy)]
 pub struct ServerText<'a> {
     bytes: &'a [u8],
 }
@@ -99,6 +100,29 @@ impl<'a> FromDatum for ServerText<'a> {
             Some(ServerText {
                 bytes: pgrx::varlena::varlena_to_byte_slice(varlena),
             })
+        }
+    }
+}
+
+// Elements of a `text[]` argument (the multi-key functions' `ids`).
+// SAFETY: array elements are never compressed or stored externally (construct_md_array
+// flattens them), so the varlena can be read in place, possibly with a short header.
+unsafe impl pgrx::datum::UnboxDatum for ServerText<'_> {
+    type As<'src>
+        = ServerText<'src>
+    where
+        Self: 'src;
+    unsafe fn unbox<'src>(datum: pgrx::datum::Datum<'src>) -> ServerText<'src>
+    where
+        Self: 'src,
+    {
+        // SAFETY: see the impl; the array outlives the element borrow ('src).
+        unsafe {
+            ServerText {
+                bytes: pgrx::varlena::varlena_to_byte_slice(
+                    datum.sans_lifetime().cast_mut_ptr::<pg_sys::varlena>(),
+                ),
+            }
         }
     }
 }

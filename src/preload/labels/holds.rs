@@ -76,9 +76,31 @@ pub(super) fn sweep_due() -> bool {
 /// After a successful acquisition: record (or re-count) the label of an `(ns, id)` lock.
 /// Never fails and never waits; a no-op without preload or for bare keys.
 pub fn acquired(target: &Target, scope: Scope, mode: Mode) {
-    let Some((ns, id)) = &target.label else {
-        return;
-    };
+    if target.label.is_some() {
+        record(target, scope, mode);
+    }
+}
+
+/// After `advlock_try_with_token` acquired (and `acquired` ran): the hold shows its token. A
+/// bare key gets an entry without a label, so that every token holder shows its token.
+pub fn token_issued(target: &Target, scope: Scope, mode: Mode, token: i64) {
+    let Some(table) = table() else { return };
+    if target.label.is_none() {
+        record(target, scope, mode);
+    }
+    HOLDS.with(|holds| {
+        let Ok(holds) = holds.try_borrow() else {
+            return;
+        };
+        if let Some(hold) = holds.get(&(target.key, mode_flag(mode))) {
+            if hold.slot != NIL {
+                table.set_token(hold.slot, token);
+            }
+        }
+    });
+}
+
+fn record(target: &Target, scope: Scope, mode: Mode) {
     let Some(table) = table() else { return };
     register_callbacks();
     let mode = mode_flag(mode);
@@ -118,11 +140,16 @@ pub fn acquired(target: &Target, scope: Scope, mode: Mode) {
         };
         let mut buf = [0u8; LABEL_BYTES + 8];
         let mut digits = [0u8; 20];
-        let id_bytes: &[u8] = match id {
-            Id::Text(text) => text.as_bytes(),
-            Id::Int(n) => keys::decimal(*n, &mut digits),
+        let len = match &target.label {
+            Some((ns, id)) => {
+                let id_bytes: &[u8] = match id {
+                    Id::Text(text) => text.as_bytes(),
+                    Id::Int(n) => keys::decimal(*n, &mut digits),
+                };
+                compose(ns.as_bytes(), id_bytes, &mut buf)
+            }
+            None => 0,
         };
-        let len = compose(ns.as_bytes(), id_bytes, &mut buf);
         table.fill(index, target.key, flags, since, &buf[..len]);
         if let Some(hold) = holds.get_mut(&(target.key, mode)) {
             hold.slot = index;

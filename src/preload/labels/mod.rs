@@ -26,7 +26,7 @@ mod table;
 use crate::preload::shmem;
 use crate::server_text::ServerTextOut;
 use core::sync::atomic::Ordering;
-pub use holds::{acquired, released_session};
+pub use holds::{acquired, released_session, token_issued};
 use pgrx::prelude::*;
 use std::collections::HashMap;
 use table::*;
@@ -56,6 +56,7 @@ fn advlock_labels() -> TableIterator<
         name!(scope, &'static str),
         name!(held_since, Option<TimestampWithTimeZone>),
         name!(label, Option<ServerTextOut>),
+        name!(token, Option<i64>),
     ),
 > {
     let Some(table) = table() else {
@@ -96,7 +97,9 @@ fn advlock_labels() -> TableIterator<
                 "xact"
             },
             shmem::timestamptz(s.since),
-            visible.then_some(ServerTextOut(s.label)),
+            // An entry of a bare key (kept for its token) has no label.
+            (visible && !s.label.is_empty()).then_some(ServerTextOut(s.label)),
+            (s.token != 0).then_some(s.token),
         ));
     }
     TableIterator::new(rows)

@@ -39,6 +39,8 @@ pub(super) struct Slot {
     pub(super) database: AtomicU32,
     pub(super) role: AtomicU32,
     pub(super) flags: AtomicU32,
+    /// The fencing token of the latest `advlock_try_with_token` acquisition; 0 when none.
+    pub(super) token: AtomicI64,
     pub(super) len: AtomicU32,
     pub(super) label: [AtomicU8; LABEL_BYTES],
 }
@@ -112,6 +114,7 @@ pub(super) struct Snapshot {
     pub(super) database: u32,
     pub(super) role: u32,
     pub(super) flags: u32,
+    pub(super) token: i64,
     pub(super) label: Vec<u8>,
 }
 
@@ -181,6 +184,7 @@ impl Table {
         slot.database.store(database, Ordering::Relaxed);
         slot.role.store(role, Ordering::Relaxed);
         slot.flags.store(flags, Ordering::Relaxed);
+        slot.token.store(0, Ordering::Relaxed);
         slot.len.store(label.len() as u32, Ordering::Relaxed);
         for (dst, &b) in slot.label.iter().zip(label) {
             dst.store(b, Ordering::Relaxed);
@@ -194,6 +198,14 @@ impl Table {
         slot.seq.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::Release);
         slot.flags.store(flags, Ordering::Relaxed);
+        slot.seq.fetch_add(1, Ordering::Release);
+    }
+
+    pub(super) fn set_token(&self, index: u32, token: i64) {
+        let slot = &self.slots[index as usize];
+        slot.seq.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        slot.token.store(token, Ordering::Relaxed);
         slot.seq.fetch_add(1, Ordering::Release);
     }
 
@@ -234,6 +246,7 @@ impl Table {
                 database: slot.database.load(Ordering::Relaxed),
                 role: slot.role.load(Ordering::Relaxed),
                 flags: slot.flags.load(Ordering::Relaxed),
+                token: slot.token.load(Ordering::Relaxed),
                 label: slot.label[..len]
                     .iter()
                     .map(|b| b.load(Ordering::Relaxed))

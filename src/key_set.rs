@@ -1,0 +1,399 @@
+//! All-or-nothing acquisition of a set of keys: `advlock_try_all_with_timeout`,
+//! `advlock_lock_all_with_timeout` and `advlock_unlock_all`, each with `(keys bigint[])`,
+//! `(ns, ids text[])` and `(ns, ids bigint[])` forms.
+//!
+//! Why a separate name rather than array overloads of `advlock_try_with_timeout`: an overload
+//! `(bigint[], integer)` makes `advlock_try_with_timeout($1, $2)` with untyped parameters
+//! (asyncpg, and any driver preparing without types) ambiguous between the array and the key
+//! form, and `advlock_unlock($1)` likewise — calls that work today would start failing.
+//!
+//! Deadlock freedom: every call takes its distinct keys in ascending order, so a caller waiting
+//! for key k holds only keys below k. In PostgreSQL's wait-for graph a waiter on k then points
+//! either at a holder of k, which (if it waits at all) waits for a key above k, or at a waiter
+//! queued ahead on k itself; keys never decrease along an edge and queue order is total, so no
+//! cycle can form among callers of these functions.
+use crate::acquisition::preflight;
+use crate::diagnostics::describe_holders;
+use crate::errors::{invalid_argument, required, Report};
+use crate::keys;
+use crate::lock_request::{timeout, Id, Mode, Scope, Target};
+use crate::lockmgr;
+use crate::preload::labels;
+use crate::preload::stats::{self, Outcome};
+use crate::provisional;
+use crate::server_text::ServerText;
+use pgrx::pg_sys::errcodes::PgSqlErrorCode;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::prelude::*;
+use pgrx::PgTryBuilder;
+use std::cell::Cell;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+const TRY_ALL: &str = "advlock_try_all_with_timeout";
+const LOCK_ALL: &str = "advlock_lock_all_with_timeout";
+const UNLOCK_ALL: &str = "advlock_unlock_all";
+
+/// The call's distinct keys in ascending order (the first label of a key kept for messages).
+fn sorted_distinct(mut targets: Vec<Target>) -> Vec<Target> {
+    targets.sort_by_key(|t| t.key);
+    targets.dedup_by_key(|t| t.key);
+    targets
+}
+
+fn not_empty(len: usize, function: &str, argument: &str) {
+    if len == 0 {
+        invalid_argument(
+            format!("argument \"{argument}\" of {function} must not be empty"),
+            "Pass at least one key; an empty set would report success while locking nothing.",
+        );
+    }
+}
+
+fn null_element(function: &str, argument: &str, position: usize) -> ! {
+    Report::new(
+        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+        format!("element {position} of argument \"{argument}\" of {function} must not be null"),
+    )
+    .hint("A NULL key would lock nothing: remove it from the array or pass a value.")
+    .raise()
+}
+
+fn targets_of_keys<'a>(keys: &'a Array<'_, i64>, function: &str) -> Vec<Target<'a>> {
+    not_empty(keys.len(), function, "keys");
+    keys.iter()
+        .enumerate()
+        .map(|(i, key)| match key {
+            Some(key) => Target { key, label: None },
+            None => null_element(function, "keys", i + 1),
+        })
+        .collect()
+}
+
+fn targets_of_text_ids<'a>(
+    ns: ServerText<'a>,
+    ids: &'a Array<'_, ServerText<'_>>,
+    function: &str,
+) -> Vec<Target<'a>> {
+    not_empty(ids.len(), function, "ids");
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| match id {
+            Some(id) => Target {
+                key: keys::key_of_text(&ns, &id),
+                label: Some((ns.clone(), Id::Text(id))),
+            },
+            None => null_element(function, "ids", i + 1),
+        })
+        .collect()
+}
+
+fn targets_of_int_ids<'a>(
+    ns: ServerText<'a>,
+    ids: &'a Array<'_, i64>,
+    function: &str,
+) -> Vec<Target<'a>> {
+    not_empty(ids.len(), function, "ids");
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| match id {
+            Some(id) => Target {
+                key: keys::key_of_int(&ns, id),
+                label: Some((ns.clone(), Id::Int(id))),
+            },
+            None => null_element(function, "ids", i + 1),
+        })
+        .collect()
+}
+
+/// Which key stopped an acquisition, and after how long.
+struct Busy {
+    index: usize,
+    waited: Duration,
+}
+
+/// Takes every target (sorted, distinct) within one deadline, or none of them.
+///
+/// Holds taken so far are given back in reverse order when a key stays busy; holds the session
+/// had before the call are untouched (the lock manager counts holds, and exactly the ones this
+/// call added are released). Should an ERROR end the call instead (a deadlock with a caller of
+/// the single-key functions, a cancel, a full lock table), PostgreSQL's abort releases the
+/// transaction-level holds, and the session-level ones are released by the failed-statement
+/// rule (`provisional`), so nothing this call took survives the error either.
+fn acquire_all(
+    function: &str,
+    targets: &[Target],
+    timeout_ms: i32,
+    scope: Scope,
+    mode: Mode,
+) -> Result<(), Busy> {
+    preflight(function, scope);
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(timeout_ms as u64);
+    // Read by the error handler: how far the call got.
+    let taken = AssertUnwindSafe(Cell::new(0usize));
+    let outcome = PgTryBuilder::new(|| {
+        for (index, target) in targets.iter().enumerate() {
+            if !acquire_before(target, deadline, scope, mode) {
+                give_back(&targets[..taken.get()], scope, mode);
+                return Err(Busy {
+                    index,
+                    waited: started.elapsed(),
+                });
+            }
+            if scope == Scope::Session {
+                provisional::taken(target.key, mode);
+            }
+            taken.set(taken.get() + 1);
+        }
+        Ok(())
+    })
+    .catch_others(|error| match &error {
+        CaughtError::PostgresError(report) if report.message() == "out of shared memory" => {
+            Report::new(
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                format!(
+                    "{function}: the lock table is full after {} of {} keys",
+                    taken.get(),
+                    targets.len()
+                ),
+            )
+            .detail("No key of this call is held: the error releases the ones it took.")
+            .hint("Lock fewer keys per call, or raise max_locks_per_transaction (the lock table holds max_locks_per_transaction × (max_connections + max_prepared_transactions) locks; a restart is needed).")
+            .raise()
+        }
+        _ => error.rethrow(),
+    })
+    .execute();
+    if outcome.is_ok() {
+        for target in targets {
+            labels::acquired(target, scope, mode);
+        }
+    }
+    outcome
+}
+
+/// One key: a no-wait try, then a wait in the queue for what is left of the deadline.
+fn acquire_before(target: &Target, deadline: Instant, scope: Scope, mode: Mode) -> bool {
+    if lockmgr::try_acquire(target.key, mode, scope) {
+        stats::count(target, Outcome::Immediate);
+        return true;
+    }
+    let left_ms = deadline
+        .saturating_duration_since(Instant::now())
+        .as_millis()
+        .min(i32::MAX as u128) as i32;
+    if left_ms == 0 {
+        stats::count(target, Outcome::Busy);
+        return false;
+    }
+    let wait = stats::Wait::start(target);
+    let acquired = lockmgr::acquire_within(target.key, mode, scope, left_ms);
+    wait.end(acquired);
+    acquired
+}
+
+/// Releases one hold of each target, newest first.
+fn give_back(targets: &[Target], scope: Scope, mode: Mode) {
+    for target in targets.iter().rev() {
+        match scope {
+            Scope::Session => {
+                lockmgr::release_session(target.key, mode);
+                provisional::released(target.key, mode);
+            }
+            Scope::Xact => lockmgr::release_xact(target.key, mode),
+        }
+    }
+}
+
+fn try_all(
+    function: &str,
+    targets: Vec<Target>,
+    timeout_ms: Option<i32>,
+    scope: Option<ServerText>,
+    mode: Option<ServerText>,
+) -> bool {
+    let timeout_ms = timeout(timeout_ms, function);
+    let scope = Scope::parse(scope, function);
+    let mode = Mode::parse(mode, function);
+    acquire_all(function, &sorted_distinct(targets), timeout_ms, scope, mode).is_ok()
+}
+
+fn lock_all(
+    targets: Vec<Target>,
+    timeout_ms: Option<i32>,
+    scope: Option<ServerText>,
+    mode: Option<ServerText>,
+) {
+    let timeout_ms = timeout(timeout_ms, LOCK_ALL);
+    let scope = Scope::parse(scope, LOCK_ALL);
+    let mode = Mode::parse(mode, LOCK_ALL);
+    let targets = sorted_distinct(targets);
+    if let Err(busy) = acquire_all(LOCK_ALL, &targets, timeout_ms, scope, mode) {
+        let target = &targets[busy.index];
+        let mut detail = describe_holders(target.key, mode).unwrap_or_default();
+        detail.push_str(" No key of this call is held.");
+        Report::new(
+            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+            format!(
+                "could not obtain {} advisory locks on all {} keys within {timeout_ms} ms (waited {} ms): {} is busy",
+                mode.word(),
+                targets.len(),
+                busy.waited.as_millis(),
+                target.describe()
+            ),
+        )
+        .detail(detail.trim_start().to_string())
+        .hint("Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.")
+        .raise();
+    }
+}
+
+/// Releases one session hold of each distinct key. True when every one was held; each key not
+/// held gets the lock manager's WARNING, as from `advlock_unlock`, and the others are released.
+fn unlock_all(targets: Vec<Target>, mode: Option<ServerText>) -> bool {
+    let mode = Mode::parse(mode, UNLOCK_ALL);
+    let mut all = true;
+    for target in sorted_distinct(targets) {
+        if lockmgr::release_session(target.key, mode) {
+            labels::released_session(target.key, mode);
+            provisional::released(target.key, mode);
+        } else {
+            all = false;
+        }
+    }
+    all
+}
+
+#[pg_extern(name = "advlock_try_all_with_timeout")]
+fn try_all_keys(
+    keys: Option<Array<i64>>,
+    timeout_ms: Option<i32>,
+    scope: default!(Option<ServerText>, "'xact'"),
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) -> bool {
+    let keys = required(keys, TRY_ALL, "keys");
+    try_all(
+        TRY_ALL,
+        targets_of_keys(&keys, TRY_ALL),
+        timeout_ms,
+        scope,
+        mode,
+    )
+}
+
+#[pg_extern(name = "advlock_try_all_with_timeout")]
+fn try_all_text(
+    ns: Option<ServerText>,
+    ids: Option<Array<ServerText>>,
+    timeout_ms: Option<i32>,
+    scope: default!(Option<ServerText>, "'xact'"),
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) -> bool {
+    let ns = keys::namespace(ns, TRY_ALL);
+    let ids = required(ids, TRY_ALL, "ids");
+    try_all(
+        TRY_ALL,
+        targets_of_text_ids(ns, &ids, TRY_ALL),
+        timeout_ms,
+        scope,
+        mode,
+    )
+}
+
+#[pg_extern(name = "advlock_try_all_with_timeout")]
+fn try_all_int(
+    ns: Option<ServerText>,
+    ids: Option<Array<i64>>,
+    timeout_ms: Option<i32>,
+    scope: default!(Option<ServerText>, "'xact'"),
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) -> bool {
+    let ns = keys::namespace(ns, TRY_ALL);
+    let ids = required(ids, TRY_ALL, "ids");
+    try_all(
+        TRY_ALL,
+        targets_of_int_ids(ns, &ids, TRY_ALL),
+        timeout_ms,
+        scope,
+        mode,
+    )
+}
+
+#[pg_extern(name = "advlock_lock_all_with_timeout")]
+fn lock_all_keys(
+    keys: Option<Array<i64>>,
+    timeout_ms: Option<i32>,
+    scope: default!(Option<ServerText>, "'xact'"),
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) {
+    let keys = required(keys, LOCK_ALL, "keys");
+    lock_all(targets_of_keys(&keys, LOCK_ALL), timeout_ms, scope, mode)
+}
+
+#[pg_extern(name = "advlock_lock_all_with_timeout")]
+fn lock_all_text(
+    ns: Option<ServerText>,
+    ids: Option<Array<ServerText>>,
+    timeout_ms: Option<i32>,
+    scope: default!(Option<ServerText>, "'xact'"),
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) {
+    let ns = keys::namespace(ns, LOCK_ALL);
+    let ids = required(ids, LOCK_ALL, "ids");
+    lock_all(
+        targets_of_text_ids(ns, &ids, LOCK_ALL),
+        timeout_ms,
+        scope,
+        mode,
+    )
+}
+
+#[pg_extern(name = "advlock_lock_all_with_timeout")]
+fn lock_all_int(
+    ns: Option<ServerText>,
+    ids: Option<Array<i64>>,
+    timeout_ms: Option<i32>,
+    scope: default!(Option<ServerText>, "'xact'"),
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) {
+    let ns = keys::namespace(ns, LOCK_ALL);
+    let ids = required(ids, LOCK_ALL, "ids");
+    lock_all(
+        targets_of_int_ids(ns, &ids, LOCK_ALL),
+        timeout_ms,
+        scope,
+        mode,
+    )
+}
+
+#[pg_extern(name = "advlock_unlock_all")]
+fn unlock_all_keys(
+    keys: Option<Array<i64>>,
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) -> bool {
+    let keys = required(keys, UNLOCK_ALL, "keys");
+    unlock_all(targets_of_keys(&keys, UNLOCK_ALL), mode)
+}
+
+#[pg_extern(name = "advlock_unlock_all")]
+fn unlock_all_text(
+    ns: Option<ServerText>,
+    ids: Option<Array<ServerText>>,
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) -> bool {
+    let ns = keys::namespace(ns, UNLOCK_ALL);
+    let ids = required(ids, UNLOCK_ALL, "ids");
+    unlock_all(targets_of_text_ids(ns, &ids, UNLOCK_ALL), mode)
+}
+
+#[pg_extern(name = "advlock_unlock_all")]
+fn unlock_all_int(
+    ns: Option<ServerText>,
+    ids: Option<Array<i64>>,
+    mode: default!(Option<ServerText>, "'exclusive'"),
+) -> bool {
+    let ns = keys::namespace(ns, UNLOCK_ALL);
+    let ids = required(ids, UNLOCK_ALL, "ids");
+    unlock_all(targets_of_int_ids(ns, &ids, UNLOCK_ALL), mode)
+}
