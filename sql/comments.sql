@@ -30,12 +30,51 @@ COMMENT ON FUNCTION @extschema@.advlock_unlock(pg_catalog.text, pg_catalog.text,
 COMMENT ON FUNCTION @extschema@.advlock_unlock(pg_catalog.text, pg_catalog.int8, pg_catalog.text) IS
   'advlock: release one session-scope hold of the advisory lock on advlock_key(ns, id); false with a WARNING when none is held';
 
+COMMENT ON FUNCTION @extschema@.advlock_try_all_with_timeout(pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory locks on all keys (distinct, in ascending key order, so callers never deadlock each other) within one deadline of timeout_ms; true when every one is held, false (nothing taken by this call left held) when the deadline passed';
+COMMENT ON FUNCTION @extschema@.advlock_try_all_with_timeout(pg_catalog.text, pg_catalog.text[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory locks on all advlock_key(ns, id) for each id (distinct, in ascending key order, so callers never deadlock each other) within one deadline of timeout_ms; true when every one is held, false (nothing taken by this call left held) when the deadline passed';
+COMMENT ON FUNCTION @extschema@.advlock_try_all_with_timeout(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory locks on all advlock_key(ns, id) for each id (distinct, in ascending key order, so callers never deadlock each other) within one deadline of timeout_ms; true when every one is held, false (nothing taken by this call left held) when the deadline passed';
+
+COMMENT ON FUNCTION @extschema@.advlock_lock_all_with_timeout(pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory locks on all keys within one deadline of timeout_ms, or none: raises 55P03 naming the busy key and its holder';
+COMMENT ON FUNCTION @extschema@.advlock_lock_all_with_timeout(pg_catalog.text, pg_catalog.text[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory locks on all advlock_key(ns, id) for each id within one deadline of timeout_ms, or none: raises 55P03 naming the busy key and its holder';
+COMMENT ON FUNCTION @extschema@.advlock_lock_all_with_timeout(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory locks on all advlock_key(ns, id) for each id within one deadline of timeout_ms, or none: raises 55P03 naming the busy key and its holder';
+
+COMMENT ON FUNCTION @extschema@.advlock_unlock_all(pg_catalog.int8[], pg_catalog.text) IS
+  'advlock: release one session-scope hold of each distinct key of keys; true when every one was held (a WARNING for each that was not)';
+COMMENT ON FUNCTION @extschema@.advlock_unlock_all(pg_catalog.text, pg_catalog.text[], pg_catalog.text) IS
+  'advlock: release one session-scope hold of each distinct key of advlock_key(ns, id) for each id; true when every one was held (a WARNING for each that was not)';
+COMMENT ON FUNCTION @extschema@.advlock_unlock_all(pg_catalog.text, pg_catalog.int8[], pg_catalog.text) IS
+  'advlock: release one session-scope hold of each distinct key of advlock_key(ns, id) for each id; true when every one was held (a WARNING for each that was not)';
+
+COMMENT ON FUNCTION @extschema@.advlock_try_with_token(pg_catalog.int8, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory lock on key like advlock_try_with_timeout (default scope session) and return a fencing token, larger than every token issued before in this database, across restarts, crashes and standby promotions; NULL when the wait ran out';
+COMMENT ON FUNCTION @extschema@.advlock_try_with_token(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory lock on advlock_key(ns, id) (default scope session) and return a fencing token that only ever grows; NULL when the wait ran out';
+COMMENT ON FUNCTION @extschema@.advlock_try_with_token(pg_catalog.text, pg_catalog.int8, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory lock on advlock_key(ns, id) (default scope session) and return a fencing token that only ever grows; NULL when the wait ran out';
+
+COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.int8, pg_catalog.text) IS
+  'advlock: whether this backend holds the advisory lock on key in mode (any scope); the check a leader runs before each unit of work';
+COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
+  'advlock: whether this backend holds the advisory lock on advlock_key(ns, id) in mode (any scope)';
+COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.text, pg_catalog.int8, pg_catalog.text) IS
+  'advlock: whether this backend holds the advisory lock on advlock_key(ns, id) in mode (any scope)';
+
 COMMENT ON FUNCTION @extschema@.advlock_idle_threshold(pg_catalog.interval) IS
   'advlock: the idle threshold in effect: older_than, or the advlock.idle_threshold setting when NULL; rejects a negative interval';
 COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
   'advlock: the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since); the rows behind advlock_holders';
 COMMENT ON FUNCTION @extschema@.advlock_labels() IS
   'advlock: the labels (ns/id), scopes and hold times advlock recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_tokens() IS
+  'advlock: the fencing tokens of locks held in this database through advlock_try_with_token, one row per backend, key and mode (the latest token); no rows unless advlock is in shared_preload_libraries';
+COMMENT ON SEQUENCE @extschema@.advlock_token_seq IS
+  'advlock: the counter behind fencing tokens (advlock_try_with_token); do not change it by hand';
 COMMENT ON FUNCTION @extschema@.advlock_idle_holders(pg_catalog.interval) IS
   'advlock: advlock_holders rows of granted locks whose backend has been idle for at least older_than (NULL: advlock.idle_threshold)';
 COMMENT ON FUNCTION @extschema@.advlock_leak_count(pg_catalog.interval) IS

@@ -83,7 +83,7 @@ SELECT
     lb.label,
     lb.scope,
     lb.held_since,
-    lb.token                        -- the fencing token of the latest advlock_try_with_token hold
+    tk.token                        -- the fencing token of the latest advlock_try_with_token hold
 -- advlock_lock_entries(): pg_lock_status() filtered to this database's advisory locks in C,
 -- before any tuple is built, so other locks cost next to nothing.
 FROM entries l
@@ -96,6 +96,11 @@ LEFT JOIN @extschema@.advlock_labels() lb
       AND lb.pid OPERATOR(pg_catalog.=) l.pid
       AND lb.key OPERATOR(pg_catalog.=) l.key
       AND lb.mode OPERATOR(pg_catalog.=) l.mode
+LEFT JOIN @extschema@.advlock_tokens() tk
+       ON l.granted
+      AND tk.pid OPERATOR(pg_catalog.=) l.pid
+      AND tk.key OPERATOR(pg_catalog.=) l.key
+      AND tk.mode OPERATOR(pg_catalog.=) l.mode
 -- idle_for is computed once per row so is_idle_holder and idle_for never disagree.
 CROSS JOIN LATERAL (
     SELECT CASE WHEN a.state OPERATOR(pg_catalog.~~) 'idle%'

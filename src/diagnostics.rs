@@ -82,7 +82,8 @@ pgrx::extension_sql_file!(
     requires = [
         advlock_idle_threshold,
         advlock_lock_entries,
-        labels::advlock_labels
+        labels::advlock_labels,
+        labels::advlock_tokens
     ]
 );
 

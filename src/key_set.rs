@@ -153,12 +153,14 @@ fn acquire_all(
             Report::new(
                 PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
                 format!(
-                    "{function}: the lock table is full after {} of {} keys",
-                    taken.get(),
+                    "{function}: the lock table has no room for {} keys",
                     targets.len()
                 ),
             )
-            .detail("No key of this call is held: the error releases the ones it took.")
+            .detail(format!(
+                "It was full after {} of them. No key of this call is held: the error releases the ones it took.",
+                taken.get()
+            ))
             .hint("Lock fewer keys per call, or raise max_locks_per_transaction (the lock table holds max_locks_per_transaction × (max_connections + max_prepared_transactions) locks; a restart is needed).")
             .raise()
         }

@@ -56,7 +56,6 @@ fn advlock_labels() -> TableIterator<
         name!(scope, &'static str),
         name!(held_since, Option<TimestampWithTimeZone>),
         name!(label, Option<ServerTextOut>),
-        name!(token, Option<i64>),
     ),
 > {
     let Some(table) = table() else {
@@ -99,8 +98,43 @@ fn advlock_labels() -> TableIterator<
             shmem::timestamptz(s.since),
             // An entry of a bare key (kept for its token) has no label.
             (visible && !s.label.is_empty()).then_some(ServerTextOut(s.label)),
-            (s.token != 0).then_some(s.token),
         ));
+    }
+    TableIterator::new(rows)
+}
+
+/// Fencing tokens of the locks held in the current database through `advlock_try_with_token`:
+/// one row per backend, key and mode, with the token of its latest such acquisition. No rows
+/// without preload. (A separate function, not a column of `advlock_labels`, so that databases
+/// upgraded from 0.2.0 keep that function's signature.) Tokens are not secret: anyone can
+/// see the lock itself in pg_locks.
+#[pg_extern(volatile, parallel_restricted)]
+fn advlock_tokens() -> TableIterator<
+    'static,
+    (
+        name!(pid, i32),
+        name!(key, i64),
+        name!(mode, &'static str),
+        name!(token, i64),
+    ),
+> {
+    let Some(table) = table() else {
+        return TableIterator::empty();
+    };
+    // SAFETY: backend-local global, set at backend start.
+    let database = unsafe { pg_sys::MyDatabaseId.to_u32() };
+    let mut rows = Vec::new();
+    for index in 0..table.slots.len() {
+        let Some(s) = table.read(index) else { continue };
+        if s.token == 0 || s.database != database || !shmem::backend_alive(s.procno, s.pid) {
+            continue;
+        }
+        let mode = if s.flags & FLAG_SHARED != 0 {
+            "shared"
+        } else {
+            "exclusive"
+        };
+        rows.push((s.pid, s.key, mode, s.token));
     }
     TableIterator::new(rows)
 }

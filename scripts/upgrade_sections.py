@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Regenerates the parts of sql/advlock--0.2.0--0.3.0.sql that must equal a fresh install:
+the new C functions (from `cargo pgrx schema`), sql/holders.sql's view and functions, and
+sql/comments.sql. pg_test/upgrade proves the result equals a fresh install, catalog by catalog.
+
+Usage: cargo pgrx schema pg17 -o /tmp/schema.sql && scripts/upgrade_sections.py /tmp/schema.sql
+"""
+import re
+import sys
+from pathlib import Path
+
+repo = Path(__file__).resolve().parent.parent
+script = repo / "sql/advlock--0.2.0--0.3.0.sql"
+schema = Path(sys.argv[1]).read_text()
+
+# Functions new in 0.3.0 (C functions pgrx generates): their CREATE FUNCTION blocks, verbatim.
+NEW = ("advlock_try_all_with_timeout", "advlock_lock_all_with_timeout", "advlock_unlock_all",
+       "advlock_try_with_token", "advlock_holding", "advlock_tokens")
+blocks = re.findall(r"/\* <begin connected objects> \*/\n(.*?)/\* </end connected objects> \*/", schema, re.S)
+functions = [b for b in blocks if re.search(r'^CREATE  FUNCTION "(%s)"' % "|".join(NEW), b, re.M)]
+functions.sort(key=lambda b: (re.search(r'CREATE  FUNCTION "(\w+)"', b).group(1), b))
+# Drop pgrx's source-location line (src/x.rs:NN): it changes with every edit.
+functions = ["".join(l for l in b.splitlines(True) if not re.match(r"-- src/", l)) for b in functions]
+sequence = re.search(r"(-- The fencing-token counter.*?SELECT pg_catalog.pg_extension_config_dump[^\n]*\n)", schema, re.S).group(1)
+
+text = script.read_text()
+begin, end = "-- <generated: new objects>\n", "-- </generated: new objects>\n"
+generated = begin + sequence + "\n" + "\n".join(functions) + end
+if begin in text:
+    text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: generated, text, flags=re.S)
+else:
+    marker = "-- advlock_holders: rows"
+    text = text.replace(marker, generated + "\n" + marker, 1)
+
+holders = (repo / "sql/holders.sql").read_text()
+view = re.search(r"CREATE VIEW @extschema@.advlock_holders AS\n(.*?\n\) i;\n)", holders, re.S).group(1)
+text = re.sub(r"(CREATE OR REPLACE VIEW @extschema@.advlock_holders AS\n).*?\n\) i;\n",
+              lambda m: m.group(1) + view, text, count=1, flags=re.S)
+for fn in ("advlock_idle_holders", "advlock_leak_count", "advlock_terminate_idle_holders"):
+    body = re.search(r"CREATE FUNCTION (@extschema@\.%s\(.*?\n\$fn\$;\n)" % fn, holders, re.S).group(1)
+    text = re.sub(r"CREATE OR REPLACE FUNCTION @extschema@\.%s\(.*?\n\$fn\$;\n" % fn,
+                  lambda _: "CREATE OR REPLACE FUNCTION " + body, text, count=1, flags=re.S)
+comments = (repo / "sql/comments.sql").read_text()
+head, sep, _ = text.partition("-- One-line descriptions for \\df+")
+text = head + comments
+script.write_text(text)
+print(f"{script.relative_to(repo)}: {len(functions)} new functions, view, 3 functions, comments")
