@@ -212,3 +212,48 @@ def test_failed_statement_rule_example_runs_as_written(admin, tmp_path):
     assert out.stdout.split() == ["0", "t", "1", "t"], out.stdout + out.stderr
     assert [l for l in out.stderr.splitlines() if "ERROR:" in l] == \
         [l for l in out.stderr.splitlines() if "division by zero" in l] and out.stderr.count("ERROR:") == 2, out.stderr
+
+
+def no_advisory_locks(admin):
+    return admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                         "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())").fetchone()[0] == 0
+
+
+def run_psql_block(marker, tmp_path, prelude="", postlude=""):
+    """A README ```sql block containing `marker`, run in psql as written (-tA, stop on error)."""
+    script = tmp_path / "block.sql"
+    script.write_text(prelude + sql_block_containing(marker) + "\n" + postlude)
+    os.chmod(tmp_path, 0o755)
+    os.chmod(script, 0o644)
+    psql = os.path.join(os.environ.get("PGBIN", "/usr/lib/postgresql/17/bin"), "psql")
+    out = subprocess.run([psql, "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-h", pgsupport.HOST,
+                          "-p", str(pgsupport.PORT), "-U", pgsupport.USER, "-d", pgsupport.DATABASE,
+                          "-f", str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ERROR" not in out.stderr and "WARNING" not in out.stderr, out.stderr
+    return out.stdout.split("\n")
+
+
+def test_key_set_examples_run_as_written(admin, tmp_path):
+    """The multi-key examples: both calls true, the unlock true, nothing left held."""
+    lines = run_psql_block("-- Move money between accounts 42 and 17", tmp_path)
+    assert [l for l in lines if l] == ["t", "t", "t"], lines
+    assert no_advisory_locks(admin)
+
+
+def test_fenced_write_example_runs_as_written(admin, tmp_path):
+    """The fenced-write example (in a scratch schema): one row written with the token, which
+    is then the row's fence; still the holder before unlocking."""
+    lines = run_psql_block("CREATE TABLE fenced_resource", tmp_path,
+                           prelude="CREATE SCHEMA readme_fence; SET search_path = readme_fence, public;\n",
+                           postlude="SELECT fence = :token AND value = 'written by the current holder' FROM fenced_resource;\n"
+                                    "DROP SCHEMA readme_fence CASCADE;\n")
+    assert [l for l in lines if l] == ["t", "t", "t"], lines
+    assert no_advisory_locks(admin)
+
+
+def test_holding_example_runs_as_written(admin, tmp_path):
+    """advlock_holding's example prints what its comments say."""
+    lines = run_psql_block("SELECT advlock_holding('leader', 'rollup');            -- true", tmp_path)
+    assert [l for l in lines if l] == ["t", "t", "f", "t", "f"], lines
+    assert no_advisory_locks(admin)
