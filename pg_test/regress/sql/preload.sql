@@ -160,3 +160,26 @@ COMMIT;
 SELECT advlock_stats_reset() IS NOT NULL AS reset;
 SELECT i.namespaces_in_use = b.namespaces_in_use AS emptied FROM advlock_stats_info i, before b;
 DROP TABLE before;
+
+-- Several keys at once (advlock_try_all_with_timeout): each key gets its label and counts in
+-- its namespace, as a single acquisition would.
+SELECT advlock_stats_reset() IS NOT NULL AS reset;
+BEGIN;
+SELECT advlock_try_all_with_timeout('transfer', ARRAY['acct-42', 'acct-17'], 0);
+SELECT label, scope, mode FROM advlock_holders WHERE pid = pg_backend_pid() ORDER BY label;
+COMMIT;
+SELECT advlock_try_all_with_timeout('batch', ARRAY[1, 2, 3]::bigint[], 0, scope => 'session');
+SELECT label, scope FROM advlock_holders WHERE pid = pg_backend_pid() ORDER BY label;
+SELECT advlock_unlock_all('batch', ARRAY[1, 2, 3]::bigint[]);
+SELECT count(*) AS entries_after_unlock_all FROM advlock_labels() WHERE pid = pg_backend_pid();
+SELECT ns, acquisitions, immediate FROM advlock_stats WHERE ns IN ('transfer', 'batch') ORDER BY ns;
+
+-- Fencing tokens: advlock_holders shows each holder's latest token; a bare key's hold gets an
+-- entry without a label so its token shows too.
+SELECT advlock_try_with_token('leader', 'rollup', 0) AS t1 \gset
+SELECT advlock_try_with_token(4242, 0) AS t2 \gset
+SELECT key = advlock_key('leader', 'rollup') AS leader_key, label, token = :t1 AS token_t1, token = :t2 AS token_t2
+  FROM advlock_holders WHERE pid = pg_backend_pid() ORDER BY token;
+SELECT count(*) AS token_rows FROM advlock_tokens() WHERE pid = pg_backend_pid();
+SELECT advlock_unlock('leader', 'rollup'), advlock_unlock(4242);
+SELECT count(*) AS token_rows_after_unlock FROM advlock_tokens() WHERE pid = pg_backend_pid();
