@@ -168,9 +168,9 @@ BEGIN;
 SELECT advlock_try_all_with_timeout('transfer', ARRAY['acct-42', 'acct-17'], 0);
 SELECT label, scope, mode FROM advlock_holders WHERE pid = pg_backend_pid() ORDER BY label;
 COMMIT;
-SELECT advlock_try_all_with_timeout('batch', ARRAY[1, 2, 3]::bigint[], 0, scope => 'session');
+SELECT advlock_try_all_with_timeout('batch', ARRAY[1, 2]::bigint[], 0, scope => 'session');
 SELECT label, scope FROM advlock_holders WHERE pid = pg_backend_pid() ORDER BY label;
-SELECT advlock_unlock_all('batch', ARRAY[1, 2, 3]::bigint[]);
+SELECT advlock_unlock_all('batch', ARRAY[1, 2]::bigint[]);
 SELECT count(*) AS entries_after_unlock_all FROM advlock_labels() WHERE pid = pg_backend_pid();
 SELECT ns, acquisitions, immediate FROM advlock_stats WHERE ns IN ('transfer', 'batch') ORDER BY ns;
 
