@@ -2,6 +2,7 @@
 //! sessions lives in the isolation specs under pg_test/isolation.
 mod acquisition;
 mod diagnostics;
+mod key_sets;
 mod keys;
 mod preload;
 
