@@ -202,8 +202,10 @@ def test_control_deadlock_detected_within_the_stress_waits(key):
     b = connect("rel-stress-control-b")
     result = {}
     try:
+        # A's own check must not run first (it would find the cycle once B waits, and abort A).
+        a.execute("SET deadlock_timeout = '30s'")
+        b.execute(f"SET deadlock_timeout = '{DEADLOCK_TIMEOUT}'")
         for conn in (a, b):
-            conn.execute(f"SET deadlock_timeout = '{DEADLOCK_TIMEOUT}'")
             conn.execute("BEGIN")
         assert a.execute("SELECT advlock_try_with_timeout(%s, 0)", (key,)).fetchone()[0] is True
         assert b.execute("SELECT advlock_try_with_timeout(%s, 0)", (key + 1,)).fetchone()[0] is True
