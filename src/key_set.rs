@@ -17,7 +17,7 @@ use crate::diagnostics::describe_holders;
 use crate::errors::{invalid_argument, required, Report};
 use crate::keys;
 use crate::lock_request::{timeout, Id, Mode, Scope, Target};
-use crate::lockmgr;
+use crate::lockmgr::{self, Taken};
 use crate::preload::labels;
 use crate::preload::stats::{self, Outcome};
 use crate::provisional;
@@ -133,18 +133,21 @@ fn acquire_all(
     // Read by the error handler: how far the call got.
     let taken = AssertUnwindSafe(Cell::new(0usize));
     let outcome = PgTryBuilder::new(|| {
+        // How each key was taken, for giving it back to the right resource owner.
+        let mut how = Vec::with_capacity(targets.len());
         for (index, target) in targets.iter().enumerate() {
-            if !acquire_before(target, deadline, scope, mode) {
-                give_back(&targets[..taken.get()], scope, mode);
+            let Some(taken_as) = acquire_before(target, deadline, scope, mode) else {
+                give_back(&targets[..how.len()], &how, scope, mode);
                 return Err(Busy {
                     index,
                     waited: started.elapsed(),
                 });
-            }
+            };
             if scope == Scope::Session {
                 provisional::taken(target.key, mode);
             }
-            taken.set(taken.get() + 1);
+            how.push(taken_as);
+            taken.set(how.len());
         }
         Ok(())
     })
@@ -176,10 +179,10 @@ fn acquire_all(
 }
 
 /// One key: a no-wait try, then a wait in the queue for what is left of the deadline.
-fn acquire_before(target: &Target, deadline: Instant, scope: Scope, mode: Mode) -> bool {
+fn acquire_before(target: &Target, deadline: Instant, scope: Scope, mode: Mode) -> Option<Taken> {
     if lockmgr::try_acquire(target.key, mode, scope) {
         stats::count(target, Outcome::Immediate);
-        return true;
+        return Some(Taken::AtOnce);
     }
     let left_ms = deadline
         .saturating_duration_since(Instant::now())
@@ -187,23 +190,23 @@ fn acquire_before(target: &Target, deadline: Instant, scope: Scope, mode: Mode) 
         .min(i32::MAX as u128) as i32;
     if left_ms == 0 {
         stats::count(target, Outcome::Busy);
-        return false;
+        return None;
     }
     let wait = stats::Wait::start(target);
     let acquired = lockmgr::acquire_within(target.key, mode, scope, left_ms);
     wait.end(acquired);
-    acquired
+    acquired.then_some(Taken::AfterWait)
 }
 
 /// Releases one hold of each target, newest first.
-fn give_back(targets: &[Target], scope: Scope, mode: Mode) {
-    for target in targets.iter().rev() {
+fn give_back(targets: &[Target], how: &[Taken], scope: Scope, mode: Mode) {
+    for (target, &taken) in targets.iter().zip(how).rev() {
         match scope {
             Scope::Session => {
                 lockmgr::release_session(target.key, mode);
                 provisional::released(target.key, mode);
             }
-            Scope::Xact => lockmgr::release_xact(target.key, mode),
+            Scope::Xact => lockmgr::release_xact(target.key, mode, taken),
         }
     }
 }

@@ -87,15 +87,32 @@ pub fn release_session(key: i64, mode: Mode) -> bool {
     unsafe { pg_sys::LockRelease(&tag, lockmode(mode), true) }
 }
 
-/// Releases one transaction-level hold taken by the current resource owner (an all-or-nothing
-/// call giving back what it took). The lock manager counts holds per owner, so a hold the
-/// transaction had before the call stays.
-pub fn release_xact(key: i64, mode: Mode) {
+/// How a transaction-level hold was taken, which decides the resource owner that has it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Taken {
+    /// `try_acquire`: owned by CurrentResourceOwner (the portal's, during a statement).
+    AtOnce,
+    /// `acquire_within`: its subtransaction's commit handed the lock to the parent's
+    /// CurTransactionResourceOwner.
+    AfterWait,
+}
+
+/// Releases one transaction-level hold (an all-or-nothing call giving back what it took). The
+/// lock manager counts holds per owner, so a hold the transaction had before the call stays.
+pub fn release_xact(key: i64, mode: Mode, taken: Taken) {
     let tag = advisory_tag(key);
     // SAFETY: a valid tag; with sessionLock = false LockRelease releases one hold owned by
-    // CurrentResourceOwner, which is where LockAcquire (and acquire_within, which hands its
-    // subtransaction's locks to the caller's owner) put it.
-    unsafe { pg_sys::LockRelease(&tag, lockmode(mode), false) };
+    // CurrentResourceOwner, so that is pointed, for this call only, at the owner the hold was
+    // given to. LockRelease reports a missing hold as a WARNING and returns; the owner is
+    // restored before anything else runs.
+    unsafe {
+        let caller_owner = pg_sys::CurrentResourceOwner;
+        if taken == Taken::AfterWait {
+            pg_sys::CurrentResourceOwner = pg_sys::CurTransactionResourceOwner;
+        }
+        pg_sys::LockRelease(&tag, lockmode(mode), false);
+        pg_sys::CurrentResourceOwner = caller_owner;
+    }
 }
 
 /// Waits in the lock manager's queue for at most `timeout_ms` (> 0). True when the lock is
