@@ -26,7 +26,7 @@ def parse_arguments(text):
     """'ns text, id bigint, mode text DEFAULT ...' → [(name, type, default or None)]."""
     out = []
     for part in (text.split(", ") if text else []):
-        m = re.fullmatch(r"(\w+) ([\w ]+?)(?: DEFAULT (.*))?", part)
+        m = re.fullmatch(r"(\w+) ([\w ]+?(?:\[\])?)(?: DEFAULT (.*))?", part)
         assert m, part
         out.append((m.group(1), m.group(2), m.group(3)))
     return out
@@ -36,7 +36,8 @@ def valid_value(name, typ, key):
     values = {("key", "bigint"): str(key), ("ns", "text"): "'fuzz'", ("id", "text"): "'x'",
               ("id", "bigint"): "42", ("timeout_ms", "integer"): "0", ("scope", "text"): "'xact'",
               ("mode", "text"): "'exclusive'", ("older_than", "interval"): "'1 hour'",
-              ("dry_run", "boolean"): "true"}
+              ("dry_run", "boolean"): "true", ("keys", "bigint[]"): f"ARRAY[{key}]",
+              ("ids", "text[]"): "ARRAY['x']", ("ids", "bigint[]"): "ARRAY[42]"}
     return values[(name, typ)]
 
 
@@ -49,6 +50,9 @@ def test_null_in_every_argument(admin, key):
                                              "advlock_lock_with_timeout", "advlock_unlock"]), names
     assert {"advlock_idle_threshold", "advlock_idle_holders", "advlock_leak_count",
             "advlock_terminate_idle_holders"} <= set(names), names
+    assert all(names.count(n) == 3 for n in ["advlock_try_all_with_timeout", "advlock_lock_all_with_timeout",
+                                             "advlock_unlock_all", "advlock_try_with_token",
+                                             "advlock_holding"]), names
     conn = connect("rel-nulls")
     pid = conn.info.backend_pid
     failures, checked = [], 0
@@ -101,6 +105,45 @@ def test_null_in_every_argument(admin, key):
     conn.close()
     assert checked >= 40
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("call", [
+    "advlock_try_all_with_timeout(ARRAY[1, NULL]::bigint[], 0)",
+    "advlock_try_all_with_timeout('ns', ARRAY['a', NULL], 0)",
+    "advlock_try_all_with_timeout('ns', ARRAY[1, NULL]::bigint[], 0)",
+    "advlock_lock_all_with_timeout(ARRAY[1, NULL]::bigint[], 0)",
+    "advlock_lock_all_with_timeout('ns', ARRAY['a', NULL], 0)",
+    "advlock_lock_all_with_timeout('ns', ARRAY[1, NULL]::bigint[], 0)",
+    "advlock_unlock_all(ARRAY[1, NULL]::bigint[])",
+    "advlock_unlock_all('ns', ARRAY['a', NULL])",
+    "advlock_unlock_all('ns', ARRAY[1, NULL]::bigint[])"])
+def test_null_array_element(admin, call):
+    """A NULL element of a key array: 22004 naming the element and the argument, nothing held
+    (the first element, valid, is not taken either)."""
+    with connect("rel-null-element") as conn:
+        with pytest.raises(psycopg.Error) as err:
+            conn.execute(f"SELECT {call}")
+        d = err.value.diag
+        assert d.sqlstate == "22004", (d.sqlstate, d.message_primary)
+        assert 'element 2 of argument "' in d.message_primary and call.split("(")[0] in d.message_primary
+        assert d.message_hint
+        assert conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                            "AND pid = pg_backend_pid()").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("call", [
+    "advlock_try_all_with_timeout(ARRAY[]::bigint[], 0)",
+    "advlock_try_all_with_timeout('ns', ARRAY[]::text[], 0)",
+    "advlock_lock_all_with_timeout('ns', ARRAY[]::bigint[], 0)",
+    "advlock_unlock_all(ARRAY[]::bigint[])"])
+def test_empty_key_array(admin, call):
+    """An empty set would report success while locking nothing: 22023 naming the argument."""
+    with connect("rel-empty-array") as conn:
+        with pytest.raises(psycopg.Error) as err:
+            conn.execute(f"SELECT {call}")
+        d = err.value.diag
+        assert d.sqlstate == "22023" and "must not be empty" in d.message_primary, (d.sqlstate, d.message_primary)
+        assert d.message_hint
 
 
 @pytest.mark.parametrize("timeout_ms", [-1, -2147483648])
