@@ -15,17 +15,23 @@ schema = Path(sys.argv[1]).read_text()
 
 # Functions new in 0.3.0 (C functions pgrx generates): their CREATE FUNCTION blocks, verbatim.
 NEW = ("advlock_try_all_with_timeout", "advlock_lock_all_with_timeout", "advlock_unlock_all",
-       "advlock_try_with_token", "advlock_holding", "advlock_tokens")
+       "advlock_try_with_token", "advlock_holding", "advlock_tokens", "advlock_metrics")
+# Functions 0.2.0 had in another language (plpgsql), now C: replaced in place, which keeps their
+# privileges, comments and dependants.
+REPLACED = ("advlock_leak_count",)
 blocks = re.findall(r"/\* <begin connected objects> \*/\n(.*?)/\* </end connected objects> \*/", schema, re.S)
-functions = [b for b in blocks if re.search(r'^CREATE  FUNCTION "(%s)"' % "|".join(NEW), b, re.M)]
-functions.sort(key=lambda b: (re.search(r'CREATE  FUNCTION "(\w+)"', b).group(1), b))
+functions = [b for b in blocks if re.search(r'^CREATE  FUNCTION "(%s)"' % "|".join(NEW + REPLACED), b, re.M)]
+functions = [re.sub(r'^CREATE  FUNCTION "(%s)"' % "|".join(REPLACED), r'CREATE OR REPLACE FUNCTION "\1"', b, flags=re.M)
+             for b in functions]
+functions.sort(key=lambda b: (re.search(r'FUNCTION "(\w+)"', b).group(1), b))
 # Drop pgrx's source-location line (src/x.rs:NN): it changes with every edit.
 functions = ["".join(l for l in b.splitlines(True) if not re.match(r"-- src/", l)) for b in functions]
 sequence = re.search(r"(-- The fencing-token counter.*?SELECT pg_catalog.pg_extension_config_dump[^\n]*\n)", schema, re.S).group(1)
 
 text = script.read_text()
 begin, end = "-- <generated: new objects>\n", "-- </generated: new objects>\n"
-generated = begin + sequence + "\n" + "\n".join(functions) + end
+metrics_view = (repo / "sql/metrics.sql").read_text()
+generated = begin + sequence + "\n" + "\n".join(functions) + "\n" + metrics_view + end
 if begin in text:
     text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: generated, text, flags=re.S)
 else:
@@ -36,7 +42,8 @@ holders = (repo / "sql/holders.sql").read_text()
 view = re.search(r"CREATE VIEW @extschema@.advlock_holders AS\n(.*?\n\) i;\n)", holders, re.S).group(1)
 text = re.sub(r"(CREATE OR REPLACE VIEW @extschema@.advlock_holders AS\n).*?\n\) i;\n",
               lambda m: m.group(1) + view, text, count=1, flags=re.S)
-for fn in ("advlock_idle_holders", "advlock_leak_count", "advlock_terminate_idle_holders"):
+text = re.sub(r"CREATE OR REPLACE FUNCTION @extschema@\.advlock_leak_count\(.*?\n\$fn\$;\n\n?", "", text, count=1, flags=re.S)
+for fn in ("advlock_idle_holders", "advlock_terminate_idle_holders"):
     body = re.search(r"CREATE FUNCTION (@extschema@\.%s\(.*?\n\$fn\$;\n)" % fn, holders, re.S).group(1)
     text = re.sub(r"CREATE OR REPLACE FUNCTION @extschema@\.%s\(.*?\n\$fn\$;\n" % fn,
                   lambda _: "CREATE OR REPLACE FUNCTION " + body, text, count=1, flags=re.S)

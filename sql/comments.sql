@@ -77,6 +77,8 @@ COMMENT ON SEQUENCE @extschema@.advlock_token_seq IS
   'advlock: the counter behind fencing tokens (advlock_try_with_token); do not change it by hand';
 COMMENT ON FUNCTION @extschema@.advlock_idle_holders(pg_catalog.interval) IS
   'advlock: advlock_holders rows of granted locks whose backend has been idle for at least older_than (NULL: advlock.idle_threshold)';
+COMMENT ON FUNCTION @extschema@.advlock_metrics() IS
+  'advlock: the rows of the advlock_metrics view: gauges per namespace and, preloaded, the acquisition counters, computed from the lock table and backend status without joining pg_stat_activity';
 COMMENT ON FUNCTION @extschema@.advlock_leak_count(pg_catalog.interval) IS
   'advlock: number of backends holding advisory locks while idle for at least older_than (NULL: advlock.idle_threshold); alert when not 0';
 COMMENT ON FUNCTION @extschema@.advlock_terminate_idle_holders(pg_catalog.interval, pg_catalog.bool) IS

@@ -150,39 +150,8 @@ BEGIN
 END
 $fn$;
 
--- For monitoring: distinct backends holding advisory locks while idle past the threshold.
-CREATE FUNCTION @extschema@.advlock_leak_count(older_than pg_catalog.interval DEFAULT NULL)
-RETURNS pg_catalog.int4
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    threshold interval;
-    leaks int;
-    hidden int;
-BEGIN
-    -- plpgsql (not SQL) so that a bad argument is reported under this function's own name.
-    IF older_than < interval '0' THEN
-        RAISE EXCEPTION 'argument "older_than" of advlock_leak_count must not be a negative interval'
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Pass how long a holder must have been idle, e.g. interval ''5 minutes'', or NULL for advlock.idle_threshold.';
-    END IF;
-    threshold := @extschema@.advlock_idle_threshold(older_than);
-    SELECT count(DISTINCT h.pid) FILTER (WHERE h.backend_state = 'idle' AND h.idle_for >= threshold),
-           count(DISTINCT h.pid) FILTER (WHERE h.query = '<insufficient privilege>')
-      INTO leaks, hidden
-      FROM @extschema@.advlock_holders h
-     WHERE h.granted;
-    -- A count that cannot see every holder must not read as "no leak".
-    IF hidden > 0 THEN
-        RAISE EXCEPTION 'advlock_leak_count cannot see the activity of % backend(s) holding advisory locks', hidden
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = format('pg_stat_activity hides their state from role %s, so a leak among them could not be counted.', current_user),
-                  HINT = format('Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO %s;', quote_ident(current_user));
-    END IF;
-    RETURN leaks;
-END
-$fn$;
+-- advlock_leak_count is in Rust (src/metrics.rs): it reads the lock table only when a backend
+-- is idle past the threshold, so the healthy case costs a look at the backends.
 
 -- The blunt last resort: terminate the backends behind idle holders, with the caller's own
 -- rights (pg_terminate_backend checks them), never the caller's own backend.

@@ -17,10 +17,7 @@ fn advlock_idle_threshold(older_than: default!(Option<Interval>, "NULL")) -> Int
     match older_than {
         None => Interval::from_micros(gucs::IDLE_THRESHOLD_MS.get() as i64 * 1000),
         Some(interval) => {
-            // interval_cmp's own normalisation: a month is 30 days.
-            let total = (interval.months() as i128 * 30 + interval.days() as i128) * MICROS_PER_DAY
-                + interval.micros() as i128;
-            if total < 0 {
+            if micros_of(&interval) < 0 {
                 Report::new(
                     PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                     "argument \"older_than\" of advlock_idle_threshold must not be a negative interval",
@@ -29,6 +26,32 @@ fn advlock_idle_threshold(older_than: default!(Option<Interval>, "NULL")) -> Int
                 .raise();
             }
             interval
+        }
+    }
+}
+
+/// interval_cmp's own normalisation: a month is 30 days.
+fn micros_of(interval: &Interval) -> i128 {
+    (interval.months() as i128 * 30 + interval.days() as i128) * MICROS_PER_DAY
+        + interval.micros() as i128
+}
+
+/// The idle threshold in microseconds for `function`'s `older_than` argument (NULL: the
+/// setting), rejecting a negative interval under that function's name.
+pub fn idle_threshold_micros(older_than: Option<Interval>, function: &str) -> i64 {
+    match older_than {
+        None => gucs::IDLE_THRESHOLD_MS.get() as i64 * 1000,
+        Some(interval) => {
+            let micros = micros_of(&interval);
+            if micros < 0 {
+                Report::new(
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    format!("argument \"older_than\" of {function} must not be a negative interval"),
+                )
+                .hint("Pass how long a holder must have been idle, e.g. interval '5 minutes', or NULL for advlock.idle_threshold.")
+                .raise();
+            }
+            micros.min(i64::MAX as i128) as i64
         }
     }
 }

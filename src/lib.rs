@@ -4,6 +4,7 @@
 use pgrx::prelude::*;
 
 mod acquisition;
+mod activity;
 mod diagnostics;
 mod errors;
 mod fencing;
@@ -14,6 +15,7 @@ mod key_set;
 mod keys;
 mod lock_request;
 mod lockmgr;
+mod metrics;
 mod preload;
 mod provisional;
 mod server_text;

@@ -442,6 +442,65 @@ impl Drop for Wait<'_, '_> {
     }
 }
 
+/// (namespace, [acquisitions, immediate, waits, timeouts], total wait µs, max wait µs, since)
+type Row = (Option<Vec<u8>>, [u64; 4], u64, u64, i64);
+
+/// Every namespace row of the current database, under the table's shared lock.
+fn namespace_rows(table: &Table) -> Vec<Row> {
+    let database = current_database();
+    let mut rows = Vec::new();
+    table.lock(pg_sys::LWLockMode::LW_SHARED);
+    for index in 0..table.header().buckets as usize {
+        // SAFETY: shared lock held: identity fields are stable.
+        let e = unsafe { &*table.entry(index) };
+        if e.used == 0 || e.database != database {
+            continue;
+        }
+        let [acq, imm, waits, timeouts, wait_us, max_us] = counters(e);
+        rows.push((
+            (e.has_ns != 0).then(|| e.ns[..e.ns_len as usize].to_vec()),
+            [acq, imm, waits, timeouts],
+            wait_us,
+            max_us,
+            e.since.load(Ordering::Relaxed),
+        ));
+    }
+    table.unlock();
+    rows
+}
+
+/// Counters of one namespace (None: bare keys) for `advlock_metrics`.
+pub struct NamespaceCounters {
+    pub ns: Option<Vec<u8>>,
+    pub acquisitions: u64,
+    pub immediate: u64,
+    pub waits: u64,
+    pub timeouts: u64,
+    pub wait_us: u64,
+}
+
+/// The counters of every namespace of this database; None without preload.
+pub fn namespace_counters() -> Option<Vec<NamespaceCounters>> {
+    let table = table()?;
+    Some(
+        namespace_rows(&table)
+            .into_iter()
+            .map(
+                |(ns, [acquisitions, immediate, waits, timeouts], wait_us, _, _)| {
+                    NamespaceCounters {
+                        ns,
+                        acquisitions,
+                        immediate,
+                        waits,
+                        timeouts,
+                        wait_us,
+                    }
+                },
+            )
+            .collect(),
+    )
+}
+
 fn require(function: &str) -> Table {
     table().unwrap_or_else(|| shmem::require_preload(function))
 }
@@ -463,25 +522,7 @@ fn advlock_stats() -> TableIterator<
     ),
 > {
     let table = require("advlock_stats");
-    let database = current_database();
-    let mut rows = Vec::new();
-    table.lock(pg_sys::LWLockMode::LW_SHARED);
-    for index in 0..table.header().buckets as usize {
-        // SAFETY: shared lock held: identity fields are stable.
-        let e = unsafe { &*table.entry(index) };
-        if e.used == 0 || e.database != database {
-            continue;
-        }
-        let [acq, imm, waits, timeouts, wait_us, max_us] = counters(e);
-        rows.push((
-            (e.has_ns != 0).then(|| e.ns[..e.ns_len as usize].to_vec()),
-            [acq, imm, waits, timeouts],
-            wait_us,
-            max_us,
-            e.since.load(Ordering::Relaxed),
-        ));
-    }
-    table.unlock();
+    let mut rows = namespace_rows(&table);
     // By namespace, the bare-key (NULL) row last, as ORDER BY ns would.
     rows.sort_by(|a, b| (a.0.is_none(), &a.0).cmp(&(b.0.is_none(), &b.0)));
     TableIterator::new(rows.into_iter().map(

@@ -140,17 +140,20 @@ fn record(target: &Target, scope: Scope, mode: Mode) {
         };
         let mut buf = [0u8; LABEL_BYTES + 8];
         let mut digits = [0u8; 20];
-        let len = match &target.label {
+        let (len, ns_len) = match &target.label {
             Some((ns, id)) => {
                 let id_bytes: &[u8] = match id {
                     Id::Text(text) => text.as_bytes(),
                     Id::Int(n) => keys::decimal(*n, &mut digits),
                 };
-                compose(ns.as_bytes(), id_bytes, &mut buf)
+                (
+                    compose(ns.as_bytes(), id_bytes, &mut buf),
+                    ns.as_bytes().len(),
+                )
             }
-            None => 0,
+            None => (0, 0),
         };
-        table.fill(index, target.key, flags, since, &buf[..len]);
+        table.fill(index, target.key, flags, since, &buf[..len], ns_len);
         if let Some(hold) = holds.get_mut(&(target.key, mode)) {
             hold.slot = index;
         }

@@ -103,6 +103,39 @@ fn advlock_labels() -> TableIterator<
     TableIterator::new(rows)
 }
 
+/// One recorded hold, for `advlock_metrics`: whose, which lock, its namespace, since when.
+pub struct RecordedHold {
+    pub pid: i32,
+    pub key: i64,
+    pub shared: bool,
+    /// The namespace in the server encoding; empty for a bare key's entry (kept for its token).
+    pub ns: Vec<u8>,
+    pub since: pg_sys::TimestampTz,
+}
+
+/// The holds recorded in the current database, or None without preload. Entries of backends
+/// that are gone are skipped; callers match them against the lock table anyway.
+pub fn recorded_holds() -> Option<Vec<RecordedHold>> {
+    let table = table()?;
+    // SAFETY: backend-local global, set at backend start.
+    let database = unsafe { pg_sys::MyDatabaseId.to_u32() };
+    let mut out = Vec::new();
+    for index in 0..table.slots.len() {
+        let Some(s) = table.read(index) else { continue };
+        if s.database != database || !shmem::backend_alive(s.procno, s.pid) {
+            continue;
+        }
+        out.push(RecordedHold {
+            pid: s.pid,
+            key: s.key,
+            shared: s.flags & FLAG_SHARED != 0,
+            ns: s.label[..s.ns_len].to_vec(),
+            since: s.since,
+        });
+    }
+    Some(out)
+}
+
 /// Fencing tokens of the locks held in the current database through `advlock_try_with_token`:
 /// one row per backend, key and mode, with the token of its latest such acquisition. No rows
 /// without preload. (A separate function, not a column of `advlock_labels`, so that databases

@@ -41,6 +41,8 @@ pub(super) struct Slot {
     pub(super) flags: AtomicU32,
     /// The fencing token of the latest `advlock_try_with_token` acquisition; 0 when none.
     pub(super) token: AtomicI64,
+    /// Bytes of the label before the ':' (the namespace, possibly clipped with the label).
+    pub(super) ns_len: AtomicU32,
     pub(super) len: AtomicU32,
     pub(super) label: [AtomicU8; LABEL_BYTES],
 }
@@ -115,6 +117,7 @@ pub(super) struct Snapshot {
     pub(super) role: u32,
     pub(super) flags: u32,
     pub(super) token: i64,
+    pub(super) ns_len: usize,
     pub(super) label: Vec<u8>,
 }
 
@@ -165,7 +168,15 @@ impl Table {
     }
 
     /// Writes a claimed slot and publishes it (pid != 0 under an even sequence number).
-    pub(super) fn fill(&self, index: u32, key: i64, flags: u32, since: i64, label: &[u8]) {
+    pub(super) fn fill(
+        &self,
+        index: u32,
+        key: i64,
+        flags: u32,
+        since: i64,
+        label: &[u8],
+        ns_len: usize,
+    ) {
         let slot = &self.slots[index as usize];
         slot.seq.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::Release);
@@ -185,6 +196,8 @@ impl Table {
         slot.role.store(role, Ordering::Relaxed);
         slot.flags.store(flags, Ordering::Relaxed);
         slot.token.store(0, Ordering::Relaxed);
+        slot.ns_len
+            .store(ns_len.min(label.len()) as u32, Ordering::Relaxed);
         slot.len.store(label.len() as u32, Ordering::Relaxed);
         for (dst, &b) in slot.label.iter().zip(label) {
             dst.store(b, Ordering::Relaxed);
@@ -247,6 +260,7 @@ impl Table {
                 role: slot.role.load(Ordering::Relaxed),
                 flags: slot.flags.load(Ordering::Relaxed),
                 token: slot.token.load(Ordering::Relaxed),
+                ns_len: (slot.ns_len.load(Ordering::Relaxed) as usize).min(len),
                 label: slot.label[..len]
                     .iter()
                     .map(|b| b.load(Ordering::Relaxed))
