@@ -297,9 +297,12 @@ BEGIN
                   HINT = 'Take the lock on the primary, or SET advlock.allow_on_standby = on if standby-local locking is what you want.';
     END IF;
     -- SQL cannot ask IsTransactionBlock(): a statement that started its own transaction is
-    -- taken as outside a block. (BEGIN sent in the same query string as the call, or an
-    -- implicit multi-statement transaction, also warns here; the extension does not.)
-    IF NOT session AND transaction_timestamp() = statement_timestamp() THEN
+    -- taken as outside a block, unless its query string starts with BEGIN or START
+    -- TRANSACTION ("BEGIN; SELECT advlock_...", sent as one string, is inside one). Other
+    -- multi-statement strings without BEGIN warn here and not in the extension (their lock
+    -- lasts until the end of the string, not of the statement).
+    IF NOT session AND transaction_timestamp() = statement_timestamp()
+       AND current_query() !~* '^\s*(begin|start\s+transaction)\M' THEN
         RAISE WARNING '% with scope ''xact'' outside a transaction block: the lock is released when this statement ends', fn
             USING HINT = 'Call it between BEGIN and COMMIT, or use scope => ''session'' and advlock_unlock().';
     END IF;
@@ -362,7 +365,7 @@ $fn$;
 -- holders in the DETAIL as src/diagnostics.rs describes them. target: "key N" or
 -- "key N = advlock_key('ns', 'id')".
 CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_raise_timeout(key pg_catalog.int8, target pg_catalog.text,
-                                                                    timeout_ms pg_catalog.int4, mode pg_catalog.text,
+                                                                    timeout_ms pg_catalog.int4, req_mode pg_catalog.text,
                                                                     started pg_catalog.timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -384,9 +387,9 @@ BEGIN
        AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
        AND l.classid::int8 = ((key >> 32) & 4294967295)
        AND l.objid::int8 = (key & 4294967295)
-       AND (mode = 'exclusive' OR l.mode = 'ExclusiveLock')
+       AND (req_mode = 'exclusive' OR l.mode = 'ExclusiveLock')
        AND l.pid <> pg_backend_pid();
-    RAISE EXCEPTION 'could not obtain % advisory lock on % within % ms (waited % ms)', mode, target, timeout_ms, waited
+    RAISE EXCEPTION 'could not obtain % advisory lock on % within % ms (waited % ms)', req_mode, target, timeout_ms, waited
         USING ERRCODE = 'lock_not_available',
               DETAIL = CASE WHEN holders IS NULL THEN 'The holder released it after the wait ended.'
                             ELSE 'Held by ' || holders || '.' END,
