@@ -43,7 +43,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_entries()
 RETURNS TABLE(key pg_catalog.int8, key1 pg_catalog.int4, key2 pg_catalog.int4, mode pg_catalog.text,
               granted pg_catalog.bool, pid pg_catalog.int4, waiting_since pg_catalog.timestamptz)
-LANGUAGE sql VOLATILE
+LANGUAGE sql VOLATILE STRICT   -- STRICT as the extension's (pgrx marks argument-less functions so)
 BEGIN ATOMIC
     SELECT CASE WHEN l.objsubid OPERATOR(pg_catalog.=) 1
                 THEN (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
@@ -70,7 +70,7 @@ END;
 CREATE OR REPLACE FUNCTION @extschema@.advlock_labels()
 RETURNS TABLE(pid pg_catalog.int4, key pg_catalog.int8, mode pg_catalog.text, scope pg_catalog.text,
               held_since pg_catalog.timestamptz, label pg_catalog.text)
-LANGUAGE sql VOLATILE PARALLEL RESTRICTED
+LANGUAGE sql VOLATILE STRICT PARALLEL RESTRICTED
 BEGIN ATOMIC
     SELECT NULL::pg_catalog.int4, NULL::pg_catalog.int8, NULL::pg_catalog.text, NULL::pg_catalog.text,
            NULL::pg_catalog.timestamptz, NULL::pg_catalog.text
