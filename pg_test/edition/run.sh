@@ -112,11 +112,18 @@ run_python() { # suite script
   new_edition_db "$db" || { record "$suite" 0 1 "install failed"; return; }
   ADVLOCK_PGHOST=127.0.0.1 ADVLOCK_PGPORT=$port ADVLOCK_PGDATABASE=$db \
     "$venv/bin/python" "$here/$script" 2>&1 | tee "$work/$suite.log"
-  local rc=${PIPESTATUS[0]} counts
-  # A script that counts its checks ("name: N passed, M failed") is recorded with its counts.
+  record_log "$suite" "${PIPESTATUS[0]}"
+}
+
+# record_log SUITE RC: a script that counts its checks ("name: N passed, M failed", last line
+# of that form in $work/SUITE.log) is recorded with its counts, else as one test.
+record_log() {
+  local suite=$1 rc=$2 counts p f
   counts=$(sed -n 's/^[a-z]*: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$work/$suite.log" | tail -1)
-  if [ -n "$counts" ] && [ "$rc" -eq 0 ]; then record "$suite" $counts
-  elif [ -n "$counts" ]; then read -r p f <<<"$counts"; record "$suite" "$p" $((f > 0 ? f : 1))
+  if [ -n "$counts" ]; then
+    read -r p f <<<"$counts"
+    [ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || f=1
+    record "$suite" "$p" "$f"
   elif [ "$rc" -eq 0 ]; then record "$suite" 1 0; else record "$suite" 0 1; fi
 }
 
@@ -165,14 +172,11 @@ for suite in "${suites[@]}"; do
         echo "edition-$suite-skipped 0 0 extension not installed" >>"$summary"
         continue
       fi
-      if [ "$suite" = signatures ]; then
-        "$here/signatures.sh" "$work" "$port"
-      else
-        "$here/move.sh" "$work" "$port"
-      fi
-      if [ $? -eq 0 ]; then record "edition-$suite" 1 0; else record "edition-$suite" 0 1; fi ;;
+      "$here/$suite.sh" "$work" "$port" 2>&1 | tee "$work/edition-$suite.log"
+      record_log "edition-$suite" "${PIPESTATUS[0]}" ;;
     readme)
-      if "$here/readme.sh" "$work" "$port"; then record edition-readme 1 0; else record edition-readme 0 1; fi ;;
+      "$here/readme.sh" "$work" "$port" 2>&1 | tee "$work/edition-readme.log"
+      record_log edition-readme "${PIPESTATUS[0]}" ;;
     *) echo "edition: unknown suite $suite"; status=1 ;;
   esac
 done
