@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 
-from . import case_acquire, case_handoff, case_holders, case_keys, case_preload, case_timeout
+from . import case_acquire, case_edition, case_handoff, case_holders, case_keys, case_preload, case_timeout
 from .common import Ctx, HarnessError, log, md_table
 
 CASES = [
@@ -23,6 +23,7 @@ CASES = [
     ("4", "Timeout precision and CPU while waiting", case_timeout),
     ("5", "Diagnostics at scale: advlock_holders", case_holders),
     ("6", "Preloaded vs not preloaded uncontended acquire", case_preload),
+    ("7", "SQL edition vs extension: keys and uncontended acquire", case_edition),
 ]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
