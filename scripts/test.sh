@@ -7,6 +7,9 @@
 #      more with tiny label/namespace capacities (full tables)
 #   3. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
 #   4. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
+#   4b. pg_test/edition/run.sh       the SQL edition (edition/advlock_sql.sql) on every major:
+#      the same regress + isolation suites, key vectors, race stress, README examples; its
+#      signatures and the move to the extension where the extension is installed
 #   5. the other majors (15, 16, 18): cargo pgrx test pgNN, preloaded and not
 #   6. scripts/package.sh            .deb + tarball for every major (lintian errors fail it)
 #   7. pg_test/package/run.sh        per major: remove the build's install, install the package
@@ -82,6 +85,19 @@ bash "$repo/docs/keys/verify/run.sh" 2>&1 | tee "$keylog"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 sed -n 's/^keys: \([0-9]*\) passed, \([0-9]*\) failed$/keys \1 \2/p' "$keylog" >>"$summary"
 grep -q '^keys: ' "$keylog" || echo "keys 0 1" >>"$summary"
+
+# --- the SQL edition (pg_test/edition): regress, isolation, key vectors, grant/timeout race and
+# the README's examples against edition/advlock_sql.sql in databases without the extension, on
+# every major; its signatures and the move to the extension where the extension is installed
+# (PostgreSQL 17, just above; skipped and reported on the others). Counted as pgNN-edition-*. ---
+edsummary=$(mktemp /tmp/advlock-summary-edition.XXXXXX)
+for major in "${majors[@]}"; do
+  major_installed "$major" || continue
+  section "SQL edition: PostgreSQL $major"
+  : >"$edsummary"
+  ADVLOCK_SUMMARY=$edsummary ADVLOCK_PG_MAJOR=$major "$repo/pg_test/edition/run.sh" || status=1
+  sed "s/^/pg$major-/" "$edsummary" >>"$summary"
+done
 
 if [ -x "$repo/bench/run.sh" ]; then
   section "benchmark harness (--quick)"

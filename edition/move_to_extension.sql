@@ -1,0 +1,67 @@
+-- Moves a database from the advlock SQL edition to the advlock extension without changing a
+-- key. Run it once the extension is installed on the server, as a role that may CREATE
+-- EXTENSION advlock (a trusted extension: the database owner will do), with the edition's
+-- schema first in search_path, as for the install:
+--     PGOPTIONS='-c search_path=advlock' psql -v ON_ERROR_STOP=1 -d mydb -f move_to_extension.sql
+--
+-- What it does, in one transaction (all or nothing):
+--  1. Renames the edition's three advlock_key functions to advlock_edition_key. Generated
+--     columns, expression indexes, views and SQL-standard function bodies refer to a function
+--     by its OID, not its name: they keep working through the renamed functions, and since
+--     both implementations compute the same keys, the stored values and indexes stay valid.
+--  2. Drops every other object of the edition, without CASCADE: if one of your objects
+--     depends on one (a view over advlock_holders, say), the move stops, names it, and leaves
+--     the database as it was.
+--  3. CREATE EXTENSION advlock in the same schema: every call that names advlock_* resolves
+--     to the extension from now on.
+--  4. Lists, as NOTICEs, the objects still bound to advlock_edition_key, to be rebound when
+--     convenient (README, "Moving to the extension"); then advlock_edition_key and its two
+--     helpers can be dropped.
+BEGIN;
+
+DO $advlock_move$
+DECLARE
+    s text := pg_catalog.quote_ident(pg_catalog.current_schema());
+    sig text;
+    r record;
+BEGIN
+    IF pg_catalog.to_regprocedure(s || '.advlock_edition_version()') IS NULL THEN
+        RAISE EXCEPTION 'the advlock SQL edition is not installed in schema %', s
+            USING HINT = 'Put the schema the edition was installed into first in search_path.';
+    END IF;
+    FOREACH sig IN ARRAY ARRAY['text, text', 'text, bigint', 'text'] LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s.advlock_key(%s) RENAME TO advlock_edition_key', s, sig);
+    END LOOP;
+    -- The holders functions first (they depend on the view), then the view, then the rest.
+    EXECUTE pg_catalog.format('DROP FUNCTION %s.advlock_terminate_idle_holders(interval, boolean)', s);
+    EXECUTE pg_catalog.format('DROP FUNCTION %s.advlock_idle_holders(interval)', s);
+    EXECUTE pg_catalog.format('DROP FUNCTION %s.advlock_leak_count(interval)', s);
+    EXECUTE pg_catalog.format('DROP VIEW %s.advlock_holders', s);
+    FOR r IN
+        SELECT p.oid::pg_catalog.regprocedure AS f
+          FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) s::pg_catalog.regnamespace
+           AND p.proname LIKE 'advlock\_%'
+           -- kept: the renamed key functions and what they call
+           AND p.proname NOT IN ('advlock_edition_key', 'advlock_edition_siphash24', 'advlock_edition_check_target')
+         -- advlock_edition_describe's SQL body depends on advlock_edition_display: that one last
+         ORDER BY p.proname OPERATOR(pg_catalog.=) 'advlock_edition_display'
+    LOOP
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', r.f);
+    END LOOP;
+    EXECUTE pg_catalog.format('CREATE EXTENSION advlock SCHEMA %s', s);
+    FOR r IN
+        SELECT DISTINCT pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) AS what
+          FROM pg_catalog.pg_depend d
+         WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.refobjid IN (SELECT p.oid FROM pg_catalog.pg_proc p
+                               WHERE p.pronamespace OPERATOR(pg_catalog.=) s::pg_catalog.regnamespace
+                                 AND p.proname OPERATOR(pg_catalog.=) 'advlock_edition_key')
+         ORDER BY 1
+    LOOP
+        RAISE NOTICE 'still computed by the edition''s key function (same keys, slower): %', r.what;
+    END LOOP;
+END
+$advlock_move$;
+
+COMMIT;

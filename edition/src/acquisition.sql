@@ -1,0 +1,393 @@
+-- advlock SQL edition: advlock_try_with_timeout, advlock_lock_with_timeout, advlock_unlock.
+--
+-- Same names, signatures, defaults, checks and messages as src/acquisition.rs,
+-- src/lock_request.rs and src/errors.rs. The lock itself is the built-ins' (pg_try_advisory_*,
+-- pg_advisory_*): the same lock tags, re-entrancy and counting as the extension.
+
+-- An argument as the extension's messages show it (ServerText::display): at most 64
+-- characters, then the size.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_display(value pg_catalog.text)
+RETURNS pg_catalog.text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN CASE WHEN pg_catalog.char_length(value) OPERATOR(pg_catalog.>) 64
+            THEN pg_catalog.left(value, 64) OPERATOR(pg_catalog.||) '... ('
+                 OPERATOR(pg_catalog.||) pg_catalog.octet_length(value) OPERATOR(pg_catalog.||) ' bytes)'
+            ELSE value END;
+
+-- Whether this backend holds the advisory lock on key in this mode right now (any scope):
+-- the truth after a wait ended in an error, when the grant may have raced it.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_held(key pg_catalog.int8, shared pg_catalog.bool)
+RETURNS pg_catalog.bool
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_locks l
+         WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
+           AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+           AND l.granted
+           AND l.objsubid OPERATOR(pg_catalog.=) 1
+           AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                                   WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+           AND l.classid OPERATOR(pg_catalog.=) ((key OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.&) 4294967295)::pg_catalog.oid
+           AND l.objid OPERATOR(pg_catalog.=) (key OPERATOR(pg_catalog.&) 4294967295)::pg_catalog.oid
+           AND l.mode OPERATOR(pg_catalog.=) CASE WHEN shared THEN 'ShareLock' ELSE 'ExclusiveLock' END);
+END;
+
+-- The bounded wait, entered only when the no-wait try found the lock busy and timeout_ms > 0.
+-- The SET lock_timeout clause gives this function its own GUC nest level, as the extension
+-- opens one (src/lockmgr.rs): whatever the body sets is undone when the function exits, on
+-- every path, so the caller's lock_timeout (session value, SET LOCAL or a function's SET) is
+-- unchanged afterwards. The exception block is plpgsql's subtransaction: when lock_timeout
+-- fires, its rollback leaves the wait queue.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_wait(key pg_catalog.int8, session pg_catalog.bool,
+                                                           shared pg_catalog.bool, timeout_ms pg_catalog.int4)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = 0
+AS $fn$
+DECLARE
+    held boolean;
+BEGIN
+    BEGIN
+        PERFORM set_config('lock_timeout', timeout_ms::text, true);
+        IF session THEN
+            IF shared THEN PERFORM pg_advisory_lock_shared(key); ELSE PERFORM pg_advisory_lock(key); END IF;
+        ELSE
+            IF shared THEN PERFORM pg_advisory_xact_lock_shared(key); ELSE PERFORM pg_advisory_xact_lock(key); END IF;
+        END IF;
+        -- The lock can be granted just as lock_timeout fires: the wait returns and the
+        -- timeout's cancel stays pending until the next interrupt check, which plpgsql makes
+        -- before each statement. This one takes it here, inside the block, where it is handled
+        -- below instead of escaping after we reported true.
+        held := true;
+        PERFORM set_config('lock_timeout', '0', true);
+    EXCEPTION
+        WHEN lock_not_available THEN
+            -- Timed out, or the grant raced the timeout. The rollback released an xact lock
+            -- taken in the block; a session lock survives it. Report what is true now.
+            RETURN @extschema@.advlock_edition_held(key, shared);
+        WHEN query_canceled OR deadlock_detected THEN
+            -- Cancel, statement_timeout, deadlock: the call fails, and a session lock granted
+            -- during this wait must not outlive it (it was not held before: the try failed).
+            IF session AND @extschema@.advlock_edition_held(key, shared) THEN
+                IF shared THEN PERFORM pg_advisory_unlock_shared(key); ELSE PERFORM pg_advisory_unlock(key); END IF;
+            END IF;
+            RAISE;
+    END;
+    RETURN held;
+END
+$fn$;
+
+-- The whole acquisition, as src/acquisition.rs: checks (timeout_ms, scope, mode; the target
+-- was checked by the caller), a no-wait try, then (only if busy) the bounded wait. The
+-- uncontended path opens no subtransaction. fn names the function called, for messages.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_acquire(fn pg_catalog.text, key pg_catalog.int8,
+                                                              timeout_ms pg_catalog.int4, scope pg_catalog.text,
+                                                              mode pg_catalog.text)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    session boolean;
+    shared boolean;
+    got boolean;
+BEGIN
+    IF timeout_ms IS NULL THEN
+        RAISE EXCEPTION 'argument "timeout_ms" of % must not be null', fn
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Use 0 for a pure try (no wait) or a positive number of milliseconds to wait at most.';
+    END IF;
+    IF timeout_ms < 0 THEN
+        RAISE EXCEPTION 'argument "timeout_ms" of % must not be negative: %', fn, timeout_ms
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use 0 for a pure try (no wait) or a positive number of milliseconds to wait at most.';
+    END IF;
+    session := @extschema@.advlock_edition_scope(fn, scope);
+    shared := @extschema@.advlock_edition_mode(fn, mode);
+    IF pg_is_in_recovery()
+       AND lower(coalesce(current_setting('advlock.allow_on_standby', true), 'off')) NOT IN ('on', 'true', 'yes', '1') THEN
+        RAISE EXCEPTION '% cannot run on a hot standby', fn
+            USING ERRCODE = 'read_only_sql_transaction',
+                  DETAIL = 'Advisory locks taken on a standby coordinate only sessions on that standby, not with the primary.',
+                  HINT = 'Take the lock on the primary, or SET advlock.allow_on_standby = on if standby-local locking is what you want.';
+    END IF;
+    -- SQL cannot ask IsTransactionBlock(): a statement that started its own transaction is
+    -- taken as outside a block, unless its query string starts with BEGIN or START
+    -- TRANSACTION ("BEGIN; SELECT advlock_...", sent as one string, is inside one). Other
+    -- multi-statement strings without BEGIN warn here and not in the extension (their lock
+    -- lasts until the end of the string, not of the statement).
+    IF NOT session AND transaction_timestamp() = statement_timestamp()
+       AND current_query() !~* '^\s*(begin|start\s+transaction)\M' THEN
+        RAISE WARNING '% with scope ''xact'' outside a transaction block: the lock is released when this statement ends', fn
+            USING HINT = 'Call it between BEGIN and COMMIT, or use scope => ''session'' and advlock_unlock().';
+    END IF;
+    IF session THEN
+        got := CASE WHEN shared THEN pg_try_advisory_lock_shared(key) ELSE pg_try_advisory_lock(key) END;
+    ELSE
+        got := CASE WHEN shared THEN pg_try_advisory_xact_lock_shared(key) ELSE pg_try_advisory_xact_lock(key) END;
+    END IF;
+    IF got THEN
+        RETURN true;
+    END IF;
+    IF timeout_ms = 0 THEN
+        RETURN false;
+    END IF;
+    RETURN @extschema@.advlock_edition_wait(key, session, shared, timeout_ms);
+END
+$fn$;
+
+-- scope => true for 'session', false for 'xact' (Scope::parse).
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_scope(fn pg_catalog.text, scope pg_catalog.text)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF scope = 'xact' THEN RETURN false; END IF;
+    IF scope = 'session' THEN RETURN true; END IF;
+    IF scope IS NULL THEN
+        RAISE EXCEPTION 'argument "scope" of % must not be null', fn
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Omit the argument to use its default, or pass one of the allowed values.';
+    END IF;
+    RAISE EXCEPTION 'invalid value for argument "scope" of %: "%"', fn, @extschema@.advlock_edition_display(scope)
+        USING ERRCODE = 'invalid_parameter_value',
+              HINT = 'Allowed values are ''xact'' (released at commit or rollback) and ''session'' (held until advlock_unlock or disconnect).';
+END
+$fn$;
+
+-- mode => true for 'shared', false for 'exclusive' (Mode::parse).
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_mode(fn pg_catalog.text, mode pg_catalog.text)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF mode = 'exclusive' THEN RETURN false; END IF;
+    IF mode = 'shared' THEN RETURN true; END IF;
+    IF mode IS NULL THEN
+        RAISE EXCEPTION 'argument "mode" of % must not be null', fn
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Omit the argument to use its default, or pass one of the allowed values.';
+    END IF;
+    RAISE EXCEPTION 'invalid value for argument "mode" of %: "%"', fn, @extschema@.advlock_edition_display(mode)
+        USING ERRCODE = 'invalid_parameter_value',
+              HINT = 'Allowed values are ''exclusive'' and ''shared''.';
+END
+$fn$;
+
+-- advlock_lock_with_timeout's error when the wait ran out (src/acquisition.rs), with the
+-- holders in the DETAIL as src/diagnostics.rs describes them. target: "key N" or
+-- "key N = advlock_key('ns', 'id')".
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_raise_timeout(key pg_catalog.int8, target pg_catalog.text,
+                                                                    timeout_ms pg_catalog.int4, req_mode pg_catalog.text,
+                                                                    started pg_catalog.timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    waited bigint := floor(extract(epoch FROM clock_timestamp() - started) * 1000);
+    holders text;
+BEGIN
+    SELECT string_agg(format('PID %s (application_name %s, state %s)',
+                             l.pid, quote_literal(a.application_name), quote_literal(a.state)),
+                      ', ' ORDER BY l.pid)
+      INTO holders
+      FROM pg_locks l
+      LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+     WHERE l.locktype = 'advisory'
+       AND l.granted
+       AND l.objsubid = 1
+       AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+       AND l.classid::int8 = ((key >> 32) & 4294967295)
+       AND l.objid::int8 = (key & 4294967295)
+       AND (req_mode = 'exclusive' OR l.mode = 'ExclusiveLock')
+       AND l.pid <> pg_backend_pid();
+    RAISE EXCEPTION 'could not obtain % advisory lock on % within % ms (waited % ms)', req_mode, target, timeout_ms, waited
+        USING ERRCODE = 'lock_not_available',
+              DETAIL = CASE WHEN holders IS NULL THEN 'The holder released it after the wait ended.'
+                            ELSE 'Held by ' || holders || '.' END,
+              HINT = 'Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.';
+END
+$fn$;
+
+-- "key N = advlock_key('ns', 'id')" (Target::describe); id_text is NULL for an integer id.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_describe(key pg_catalog.int8, ns pg_catalog.text,
+                                                               id_text pg_catalog.text, id_int pg_catalog.int8)
+RETURNS pg_catalog.text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN 'key ' OPERATOR(pg_catalog.||) key OPERATOR(pg_catalog.||) ' = advlock_key('''
+       OPERATOR(pg_catalog.||) pg_catalog.replace(@extschema@.advlock_edition_display(ns), '''', '''''')
+       OPERATOR(pg_catalog.||) ''', '
+       OPERATOR(pg_catalog.||) CASE WHEN id_text IS NULL THEN id_int::pg_catalog.text
+                                    ELSE '''' OPERATOR(pg_catalog.||) pg_catalog.replace(@extschema@.advlock_edition_display(id_text), '''', '''''') OPERATOR(pg_catalog.||) '''' END
+       OPERATOR(pg_catalog.||) ')';
+
+-- ---------------------------------------------------------------------------------------
+-- The API: three forms each, defaults as the extension's.
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_try_with_timeout(key pg_catalog.int8, timeout_ms pg_catalog.int4,
+                                                               scope pg_catalog.text DEFAULT 'xact',
+                                                               mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'argument "key" of advlock_try_with_timeout must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+    END IF;
+    RETURN @extschema@.advlock_edition_acquire('advlock_try_with_timeout', key, timeout_ms, scope, mode);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_try_with_timeout(ns pg_catalog.text, id pg_catalog.text, timeout_ms pg_catalog.int4,
+                                                               scope pg_catalog.text DEFAULT 'xact',
+                                                               mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF ns IS NULL OR ns = '' OR id IS NULL THEN
+        PERFORM @extschema@.advlock_edition_check_target('advlock_try_with_timeout', ns, id IS NULL);
+    END IF;
+    RETURN @extschema@.advlock_edition_acquire('advlock_try_with_timeout', @extschema@.advlock_key(ns, id), timeout_ms, scope, mode);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_try_with_timeout(ns pg_catalog.text, id pg_catalog.int8, timeout_ms pg_catalog.int4,
+                                                               scope pg_catalog.text DEFAULT 'xact',
+                                                               mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF ns IS NULL OR ns = '' OR id IS NULL THEN
+        PERFORM @extschema@.advlock_edition_check_target('advlock_try_with_timeout', ns, id IS NULL);
+    END IF;
+    RETURN @extschema@.advlock_edition_acquire('advlock_try_with_timeout', @extschema@.advlock_key(ns, id), timeout_ms, scope, mode);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_with_timeout(key pg_catalog.int8, timeout_ms pg_catalog.int4,
+                                                                scope pg_catalog.text DEFAULT 'xact',
+                                                                mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    started timestamptz := clock_timestamp();
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'argument "key" of advlock_lock_with_timeout must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+    END IF;
+    IF NOT @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', key, timeout_ms, scope, mode) THEN
+        PERFORM @extschema@.advlock_edition_raise_timeout(key, 'key ' || key, timeout_ms, mode, started);
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_with_timeout(ns pg_catalog.text, id pg_catalog.text, timeout_ms pg_catalog.int4,
+                                                                scope pg_catalog.text DEFAULT 'xact',
+                                                                mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    started timestamptz := clock_timestamp();
+    k bigint;
+BEGIN
+    IF ns IS NULL OR ns = '' OR id IS NULL THEN
+        PERFORM @extschema@.advlock_edition_check_target('advlock_lock_with_timeout', ns, id IS NULL);
+    END IF;
+    k := @extschema@.advlock_key(ns, id);
+    IF NOT @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', k, timeout_ms, scope, mode) THEN
+        PERFORM @extschema@.advlock_edition_raise_timeout(k, @extschema@.advlock_edition_describe(k, ns, id, NULL),
+                                                         timeout_ms, mode, started);
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_with_timeout(ns pg_catalog.text, id pg_catalog.int8, timeout_ms pg_catalog.int4,
+                                                                scope pg_catalog.text DEFAULT 'xact',
+                                                                mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    started timestamptz := clock_timestamp();
+    k bigint;
+BEGIN
+    IF ns IS NULL OR ns = '' OR id IS NULL THEN
+        PERFORM @extschema@.advlock_edition_check_target('advlock_lock_with_timeout', ns, id IS NULL);
+    END IF;
+    k := @extschema@.advlock_key(ns, id);
+    IF NOT @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', k, timeout_ms, scope, mode) THEN
+        PERFORM @extschema@.advlock_edition_raise_timeout(k, @extschema@.advlock_edition_describe(k, ns, NULL, id),
+                                                         timeout_ms, mode, started);
+    END IF;
+END
+$fn$;
+
+-- advlock_unlock: one session-scope hold; false with the built-in's WARNING when none is held.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock(key pg_catalog.int8, mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'argument "key" of advlock_unlock must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+    END IF;
+    IF @extschema@.advlock_edition_mode('advlock_unlock', mode) THEN
+        RETURN pg_advisory_unlock_shared(key);
+    END IF;
+    RETURN pg_advisory_unlock(key);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock(ns pg_catalog.text, id pg_catalog.text, mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF ns IS NULL OR ns = '' OR id IS NULL THEN
+        PERFORM @extschema@.advlock_edition_check_target('advlock_unlock', ns, id IS NULL);
+    END IF;
+    IF @extschema@.advlock_edition_mode('advlock_unlock', mode) THEN
+        RETURN pg_advisory_unlock_shared(@extschema@.advlock_key(ns, id));
+    END IF;
+    RETURN pg_advisory_unlock(@extschema@.advlock_key(ns, id));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock(ns pg_catalog.text, id pg_catalog.int8, mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF ns IS NULL OR ns = '' OR id IS NULL THEN
+        PERFORM @extschema@.advlock_edition_check_target('advlock_unlock', ns, id IS NULL);
+    END IF;
+    IF @extschema@.advlock_edition_mode('advlock_unlock', mode) THEN
+        RETURN pg_advisory_unlock_shared(@extschema@.advlock_key(ns, id));
+    END IF;
+    RETURN pg_advisory_unlock(@extschema@.advlock_key(ns, id));
+END
+$fn$;
