@@ -225,29 +225,88 @@ pub struct AdvisoryEntry {
 }
 
 /// The advisory locks of the current database, held and awaited, like `pg_lock_status()` but
-/// filtered before any tuple is built: diagnostics stay cheap when thousands of other locks
-/// are held. One entry per held mode plus one for an awaited mode, as `pg_lock_status` does.
-pub fn advisory_entries_in_my_database() -> Vec<AdvisoryEntry> {
-    // SAFETY: GetLockStatusData takes every lock-partition LWLock in shared mode (in order),
-    // copies the lock table into palloc'd memory of the current context and releases them; we
-    // only read that copy, within this call.
-    let (instances, my_db) = unsafe {
-        let data = pg_sys::GetLockStatusData();
-        let n = (*data).nelements as usize;
-        let instances = if n == 0 {
-            &[][..]
-        } else {
-            std::slice::from_raw_parts((*data).locks, n)
-        };
-        (instances, pg_sys::MyDatabaseId.to_u32())
-    };
+/// filtered before any tuple is built: one entry per held mode plus one for an awaited mode.
+///
+/// `GetLockStatusData()` walks every bucket of the shared lock hash tables, which are sized for
+/// `max_locks_per_transaction × max_connections` locks whether or not they are used (≈ 5 ms at
+/// max_locks_per_transaction = 4096 on an almost empty table). Instead this walks, for each
+/// backend of this database, its own list of held and awaited locks (`myProcLocks`, one per
+/// lock partition): the cost follows the locks actually held by this database's backends.
+/// Every partition lock is held (shared, in order, as GetLockStatusData takes them) while
+/// reading, so the result is one consistent snapshot of the whole lock table.
+/// `only`: when given, only the backends whose pid it accepts are read.
+pub fn advisory_entries_in_my_database_of(
+    only: Option<&dyn Fn(i32) -> bool>,
+) -> Vec<AdvisoryEntry> {
     let mut entries = Vec::new();
-    for instance in instances {
-        let tag = &instance.locktag;
+    // SAFETY: ProcGlobal->allProcs is fixed for the life of shared memory. A backend's
+    // myProcLocks[p] list, and the PROCLOCKs and LOCKs on it, may be read while holding the
+    // lock of partition p (lock.c: "protected by the partition lock"); a waiter's waitProcLock
+    // and waitLockMode likewise, for the partition of the lock it waits for. Every partition
+    // lock is taken in ascending order (the lock manager's own order) and released before
+    // returning; nothing in between can raise an ERROR.
+    unsafe {
+        let global = pg_sys::ProcGlobal;
+        let procs = std::slice::from_raw_parts((*global).allProcs, (*global).allProcCount as usize);
+        let my_db = pg_sys::MyDatabaseId;
+        let mine: Vec<*const pg_sys::PGPROC> = procs
+            .iter()
+            .filter(|p| p.databaseId == my_db && only.is_none_or(|f| f(p.pid)))
+            .map(|p| p as *const pg_sys::PGPROC)
+            .collect();
+        let partition_lock = |i: u32| {
+            core::ptr::addr_of_mut!(
+                (*pg_sys::MainLWLockArray.add((pg_sys::LOCK_MANAGER_LWLOCK_OFFSET + i) as usize))
+                    .lock
+            )
+        };
+        for i in 0..pg_sys::NUM_LOCK_PARTITIONS {
+            pg_sys::LWLockAcquire(partition_lock(i), pg_sys::LWLockMode::LW_SHARED);
+        }
+        let link = core::mem::offset_of!(pg_sys::PROCLOCK, procLink);
+        for &proc in &mine {
+            for partition in 0..pg_sys::NUM_LOCK_PARTITIONS as usize {
+                // A circular list whose head is a node of the same shape (SHM_QUEUE before 16,
+                // dlist after): {prev, next}; a NULL next is an empty, never-used dlist.
+                let head =
+                    core::ptr::addr_of!((*proc).myProcLocks[partition]) as *const [*const u8; 2];
+                let mut node = (*head)[1];
+                while !node.is_null() && node != head as *const u8 {
+                    let proclock = node.sub(link) as *const pg_sys::PROCLOCK;
+                    node = (*(node as *const [*const u8; 2]))[1];
+                    push_advisory(&mut entries, proc, proclock, my_db);
+                }
+            }
+        }
+        for i in (0..pg_sys::NUM_LOCK_PARTITIONS).rev() {
+            pg_sys::LWLockRelease(partition_lock(i));
+        }
+    }
+    entries
+}
+
+/// Every advisory lock of the current database (see `advisory_entries_in_my_database_of`).
+pub fn advisory_entries_in_my_database() -> Vec<AdvisoryEntry> {
+    advisory_entries_in_my_database_of(None)
+}
+
+/// The entries of one PROCLOCK if it is an advisory lock of `my_db`.
+///
+/// # Safety
+/// The caller holds the partition lock of the PROCLOCK's lock; `proc` owns the PROCLOCK.
+unsafe fn push_advisory(
+    entries: &mut Vec<AdvisoryEntry>,
+    proc: *const pg_sys::PGPROC,
+    proclock: *const pg_sys::PROCLOCK,
+    my_db: pg_sys::Oid,
+) {
+    // SAFETY: see the function's contract.
+    unsafe {
+        let tag = &(*(*proclock).tag.myLock).tag;
         if tag.locktag_type != pg_sys::LockTagType::LOCKTAG_ADVISORY as u8
-            || tag.locktag_field1 != my_db
+            || tag.locktag_field1 != my_db.to_u32()
         {
-            continue;
+            return;
         }
         let key = match tag.locktag_field4 {
             1 => AdvisoryKey::Int8(
@@ -255,28 +314,31 @@ pub fn advisory_entries_in_my_database() -> Vec<AdvisoryEntry> {
             ),
             _ => AdvisoryKey::Int4Pair(tag.locktag_field2 as i32, tag.locktag_field3 as i32),
         };
+        let pid = (*proc).pid;
+        let hold_mask = (*proclock).holdMask;
         for mode in 1..pg_sys::MAX_LOCKMODES as pg_sys::LOCKMODE {
-            if instance.holdMask & (1 << mode) != 0 {
+            if hold_mask & (1 << mode) != 0 {
                 entries.push(AdvisoryEntry {
                     key,
                     mode,
                     granted: true,
-                    pid: instance.pid,
+                    pid,
                     wait_start: 0,
                 });
             }
         }
-        if instance.waitLockMode != pg_sys::NoLock as pg_sys::LOCKMODE {
+        if core::ptr::eq((*proc).waitProcLock, proclock) {
             entries.push(AdvisoryEntry {
                 key,
-                mode: instance.waitLockMode,
+                mode: (*proc).waitLockMode,
                 granted: false,
-                pid: instance.pid,
-                wait_start: instance.waitStart,
+                pid,
+                // Written by the waiter without the partition lock; an atomic 64-bit read.
+                wait_start: core::ptr::read_volatile(core::ptr::addr_of!((*proc).waitStart.value))
+                    as i64,
             });
         }
     }
-    entries
 }
 
 /// "exclusive", "shared", or the lock manager's own name for any other mode.

@@ -41,11 +41,13 @@ fn advlock_leak_count(older_than: default!(Option<Interval>, "NULL")) -> i32 {
     if candidates.is_empty() {
         return 0;
     }
-    let holders: HashSet<i32> = lockmgr::advisory_entries_in_my_database()
-        .into_iter()
-        .filter(|e| e.granted && candidates.contains_key(&e.pid))
-        .map(|e| e.pid)
-        .collect();
+    // Only the candidates' own lock lists are read.
+    let holders: HashSet<i32> =
+        lockmgr::advisory_entries_in_my_database_of(Some(&|pid| candidates.contains_key(&pid)))
+            .into_iter()
+            .filter(|e| e.granted)
+            .map(|e| e.pid)
+            .collect();
     let hidden = holders
         .iter()
         .filter(|pid| !candidates[pid].visible)

@@ -1,5 +1,8 @@
-"""Case 5: `SELECT * FROM advlock_holders` with many advisory locks held, and as many relation
-locks held elsewhere, vs the classic pg_locks ⋈ pg_stat_activity query that decodes keys."""
+"""Case 5: diagnostics at scale, with many advisory locks held and as many relation locks held
+elsewhere: `SELECT * FROM advlock_holders` vs the classic pg_locks ⋈ pg_stat_activity query that
+decodes keys; and what monitoring runs every 15-60 s (issue #13): `advlock_leak_count()` vs the
+classic filtered leak query, `advlock_metrics` vs the classic unfiltered count, both when nothing
+is leaked and when every holder is, plus the backend's memory across repeated calls."""
 from __future__ import annotations
 
 import math
@@ -40,6 +43,18 @@ QUERIES = {
 }
 NAMES = list(QUERIES)
 V, VPLAIN, VNARROW, FEED, C, CNARROW, PGL = NAMES
+# Monitoring (issue #13). The threshold decides the scenario: nobody has been idle for an hour
+# (healthy: the common case), everybody idle counts at 0 (the four holder sessions all leak).
+SCENARIOS = {"nothing leaked": "1h", "every holder leaked": "0"}
+LEAK = "SELECT advlock_leak_count(interval '{thr}')"
+CLASSIC_LEAK = ("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                "WHERE l.locktype = 'advisory' AND a.state = 'idle' AND a.state_change < now() - interval '{thr}'")
+METRICS = "SELECT * FROM advlock_metrics"
+CLASSIC_COUNT = ("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                 "WHERE l.locktype = 'advisory'")
+MON = {"advlock_leak_count()": LEAK, "classic leak query (filtered)": CLASSIC_LEAK,
+       "advlock_metrics": METRICS, "classic count (unfiltered)": CLASSIC_COUNT}
+MEMORY_CALLS = 50
 HOLDER_SESSIONS = 4
 BATCH = 5000
 
@@ -109,6 +124,7 @@ def run(ctx: Ctx) -> dict:
                     res["bytes"].setdefault(str(n), {})[name] = nbytes
             res["cpu_ms"][str(n)] = cp
             res["wall_ms"][str(n)] = ex
+            res.setdefault("monitoring", {})[str(n)] = _monitoring(measure, reps[n])
             log(f"case 5: {n} locks: backend CPU view {median(cp[V]):.1f} ms, classic {median(cp[C]):.1f} ms "
                 f"(setup {res['setup_s'][str(n)]:.1f} s)")
             if n == 10_000 or (n == levels[-1] and 10_000 not in levels):
@@ -122,6 +138,87 @@ def run(ctx: Ctx) -> dict:
         for c in holders + [rel, measure, admin]:
             c.close()
     return res
+
+
+def _monitoring(measure, reps: int) -> dict:
+    """Backend CPU ms of the monitoring queries per scenario, rotated like the main loop, and the
+    backend's memory (all its contexts) before and after MEMORY_CALLS more calls of each."""
+    out = {}
+    (has_metrics,) = measure.execute("SELECT to_regclass('advlock_metrics') IS NOT NULL").fetchone()
+    if not has_metrics:
+        return out
+    for scenario, thr in SCENARIOS.items():
+        measure.execute(f"SET advlock.idle_threshold = '{thr}'")
+        (leaks,) = measure.execute(LEAK.format(thr=thr)).fetchone()
+        check((leaks == 0) == (thr != "0"), f"{scenario}: advlock_leak_count() = {leaks}")
+        names = list(MON)
+        for name in names:  # warm-up
+            _copy_ms(measure, MON[name].format(thr=thr))
+        cpu = {name: [] for name in names}
+        for r in range(reps):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                cpu[name].append(_copy_ms(measure, MON[name].format(thr=thr))[0])
+        out[scenario] = {"cpu_ms": cpu, "leak_count": leaks}
+    measure.execute("RESET advlock.idle_threshold")
+    memory = "SELECT sum(total_bytes) FROM pg_backend_memory_contexts"
+    (before,) = measure.execute(memory).fetchone()
+    for _ in range(MEMORY_CALLS):
+        measure.execute(METRICS).fetchall()
+        measure.execute(LEAK.format(thr="0")).fetchone()
+    (after,) = measure.execute(memory).fetchone()
+    out["memory_bytes"] = [int(before), int(after)]
+    return out
+
+
+def monitoring_md(res: dict) -> tuple[str, list[dict]]:
+    mon = res.get("monitoring", {})
+    levels = [n for n in res["levels"] if mon.get(str(n))]
+    if not levels:
+        return "", []
+    rows, targets, ok_leak, ok_metrics, worst_leak, worst_metrics = [], [], True, True, 0.0, 0.0
+    for n in levels:
+        for scenario in SCENARIOS:
+            cpu = {q: median(v) for q, v in mon[str(n)][scenario]["cpu_ms"].items()}
+            leak = cpu["advlock_leak_count()"] / cpu["classic leak query (filtered)"]
+            leak_u = cpu["advlock_leak_count()"] / cpu["classic count (unfiltered)"]
+            metrics = cpu["advlock_metrics"] / cpu["classic count (unfiltered)"]
+            metrics_f = cpu["advlock_metrics"] / cpu["classic leak query (filtered)"]
+            worst_leak, worst_metrics = max(worst_leak, leak), max(worst_metrics, metrics)
+            ok_leak &= leak <= 0.2
+            ok_metrics &= metrics <= 0.2
+            rows.append([f"{n:,}", scenario] + [fmt_ms(cpu[q], 2) for q in MON]
+                        + [fmt_ratio(leak), fmt_ratio(leak_u), fmt_ratio(metrics), fmt_ratio(metrics_f)])
+    targets.append(target("5", "advlock_leak_count() ≤ 0.2× the classic filtered leak query, at every level, "
+                               "nothing leaked and every holder leaked", f"worst {fmt_ratio(worst_leak)}", ok_leak))
+    targets.append(target("5", "advlock_metrics ≤ 0.2× the classic unfiltered count, at every level, "
+                               "nothing leaked and every holder leaked", f"worst {fmt_ratio(worst_metrics)}", ok_metrics))
+    mem = [(n, mon[str(n)]["memory_bytes"]) for n in levels]
+    growth = max(after - before for _, (before, after) in mem)
+    targets.append(target("5", f"memory bounded: the backend's memory contexts do not grow over {MEMORY_CALLS} "
+                               "calls each of advlock_metrics and advlock_leak_count", f"largest growth {growth:,} bytes",
+                          growth <= 64 * 1024))
+    table = md_table(["locks", "scenario"] + [f"{q} ms" for q in MON]
+                     + ["leak ÷ filtered", "leak ÷ unfiltered", "metrics ÷ unfiltered", "metrics ÷ filtered"], rows)
+    md = f"""#### Monitoring queries (issue #13)
+
+What an exporter runs every 15–60 s, on the same locks: backend CPU medians, rotated runs. Scenarios: *nothing
+leaked* (threshold 1h: no backend has been idle that long) and *every holder leaked* (threshold 0: the four
+holder sessions are idle). The classic queries:
+
+```sql
+{CLASSIC_LEAK.format(thr='1 minute')}
+{CLASSIC_COUNT}
+```
+
+{table}
+
+Targets: `advlock_leak_count()` against the filtered query (the same question), `advlock_metrics` against the
+unfiltered count (both must read every advisory lock: the filtered query, when nobody qualifies, builds an empty
+hash table from `pg_stat_activity` and never scans `pg_locks`, which no per-namespace gauge can do). The other two
+ratios are shown for completeness. Memory of the measuring backend (sum of `pg_backend_memory_contexts`) before and
+after {MEMORY_CALLS} calls of each: {", ".join(f"{n:,} locks: {b:,} → {a:,} bytes" for n, (b, a) in mem)}.
+"""
+    return md, targets
 
 
 def _slope(levels, ts) -> list[float]:
@@ -186,7 +283,9 @@ The classic query (same columns as the view, so both ship comparable rows):
     md.append(f"Growth of the view's backend CPU time (log-log slope; 1.0 = linear): {slope_txt}.\n")
     md.append(analysis(res, at, cpu[at]))
     md.append(profile_md(res))
-    return "\n".join(md), targets
+    mon_md, mon_targets = monitoring_md(res)
+    md.append(mon_md)
+    return "\n".join(md), targets + mon_targets
 
 
 def profile_md(res: dict) -> str:
