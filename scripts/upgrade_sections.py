@@ -31,7 +31,9 @@ sequence = re.search(r"(-- The fencing-token counter.*?SELECT pg_catalog.pg_exte
 text = script.read_text()
 begin, end = "-- <generated: new objects>\n", "-- </generated: new objects>\n"
 metrics_view = (repo / "sql/metrics.sql").read_text()
-generated = begin + sequence + "\n" + "\n".join(functions) + "\n" + metrics_view + end
+# Row estimates set in sql/holders.sql before the view (ALTER FUNCTION … ROWS), verbatim.
+row_estimates = "".join(re.findall(r"^ALTER FUNCTION @extschema@\.\w+\(\) ROWS \d+;\n", (repo / "sql/holders.sql").read_text(), re.M))
+generated = begin + sequence + "\n" + "\n".join(functions) + "\n" + metrics_view + "\n" + row_estimates + end
 if begin in text:
     text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: generated, text, flags=re.S)
 else:

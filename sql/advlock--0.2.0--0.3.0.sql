@@ -232,6 +232,9 @@ GRANT SELECT ON @extschema@.advlock_metrics TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.advlock_metrics IS
   'advlock: gauges per namespace (holders, leaked and idle-in-transaction holders, hidden holders, waiters, oldest wait and hold) and, preloaded, the acquisition counters; for exporters';
+
+ALTER FUNCTION @extschema@.advlock_labels() ROWS 10;
+ALTER FUNCTION @extschema@.advlock_tokens() ROWS 10;
 -- </generated: new objects>
 
 -- advlock_holders: rows, holders and blocked_by from one snapshot of the lock table (0.2.0 called

@@ -6,6 +6,11 @@
 -- bodies are parsed at creation (BEGIN ATOMIC) or run with a fixed search_path.
 -- No SECURITY DEFINER anywhere: pg_stat_activity's own rules decide what a caller sees.
 
+-- The label and token functions return a handful of rows (what advlock recorded), not the
+-- default estimate of 1000: with it the planner sorts every lock row for a merge join.
+ALTER FUNCTION @extschema@.advlock_labels() ROWS 10;
+ALTER FUNCTION @extschema@.advlock_tokens() ROWS 10;
+
 CREATE VIEW @extschema@.advlock_holders AS
 -- Backends first, once each: joining pg_stat_activity per lock row would look up the role of
 -- the same backend thousands of times.

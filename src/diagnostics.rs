@@ -67,7 +67,7 @@ fn advlock_lock_entries() -> TableIterator<
         name!(key, Option<i64>),
         name!(key1, Option<i32>),
         name!(key2, Option<i32>),
-        name!(mode, String),
+        name!(mode, &'static str),
         name!(granted, bool),
         name!(pid, Option<i32>),
         name!(waiting_since, Option<TimestampWithTimeZone>),

@@ -342,21 +342,21 @@ unsafe fn push_advisory(
 }
 
 /// "exclusive", "shared", or the lock manager's own name for any other mode.
-pub fn mode_name(mode: pg_sys::LOCKMODE) -> String {
+pub fn mode_name(mode: pg_sys::LOCKMODE) -> &'static str {
     if mode == lockmode(Mode::Exclusive) {
-        "exclusive".into()
+        "exclusive"
     } else if mode == lockmode(Mode::Shared) {
-        "shared".into()
+        "shared"
     } else {
-        // SAFETY: returns a pointer to a static string for any valid mode of the method.
+        // SAFETY: lock.c's lock_mode_names is a static array of static ASCII strings.
         unsafe {
             CStr::from_ptr(pg_sys::GetLockmodeName(
                 pg_sys::USER_LOCKMETHOD as u16,
                 mode,
             ))
         }
-        .to_string_lossy()
-        .into_owned()
+        .to_str()
+        .unwrap_or("unknown")
     }
 }
 
