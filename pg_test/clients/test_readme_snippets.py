@@ -257,3 +257,11 @@ def test_holding_example_runs_as_written(admin, tmp_path):
     lines = run_psql_block("SELECT advlock_holding('leader', 'rollup');            -- true", tmp_path)
     assert [l for l in lines if l] == ["t", "t", "f", "t", "f"], lines
     assert no_advisory_locks(admin)
+
+
+def test_metrics_example_runs_as_written(admin, tmp_path):
+    """The advlock_metrics example: the unknown-namespace row is there with nothing held, and
+    the leak count is 0."""
+    lines = [l for l in run_psql_block("SELECT advlock_leak_count();          -- 0", tmp_path) if l]
+    assert "(unknown)|0|0|0|0|f" in lines or "(unknown)|0|0|0|0|t" in lines, lines
+    assert lines[-1] == "0", lines
