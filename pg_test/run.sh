@@ -7,16 +7,17 @@
 #   pg_test/clients/test_*.py                        (pytest, real drivers and PgBouncer)
 #   pg_test/reliability/test_*.py                    (pytest, faults, load, standby, security)
 #   pg_test/upgrade/test_*.py                        (pytest, ALTER EXTENSION UPDATE from released versions)
+#   pg_test/monitoring/test_*.py                     (pytest, promtool + a real postgres_exporter)
 # Adding a test is dropping in a file. Writes "suite passed failed" lines to $ADVLOCK_SUMMARY.
 #
-# Usage: pg_test/run.sh [regress|isolation|clients|reliability|upgrade ...]   (default: all)
+# Usage: pg_test/run.sh [regress|isolation|clients|reliability|upgrade|monitoring ...]   (default: all)
 # ADVLOCK_TEST_CONF: extra postgresql.conf lines (newline separated), e.g. a preload.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 . "$here/instance.sh"
 
-suites=("$@"); [ ${#suites[@]} -gt 0 ] || suites=(regress isolation clients reliability upgrade)
+suites=("$@"); [ ${#suites[@]} -gt 0 ] || suites=(regress isolation clients reliability upgrade monitoring)
 port=${ADVLOCK_TEST_PORT:-5418}
 summary=${ADVLOCK_SUMMARY:-/dev/null}
 work=$(mktemp -d /tmp/advlock-pg_test.XXXXXX)
@@ -112,7 +113,7 @@ for suite in "${suites[@]}"; do
       done
       specs=("${runnable[@]}")
       run_regress_like isolation "$PGXS_TEST/isolation/pg_isolation_regress" "$here/isolation" "${specs[@]}" ;;
-    clients|reliability|upgrade)
+    clients|reliability|upgrade|monitoring)
       run_pytest "$suite" ;;
     *) echo "pg_test: unknown suite $suite"; status=1 ;;
   esac

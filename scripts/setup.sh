@@ -2,7 +2,8 @@
 # Installs everything advlock needs on a fresh Debian bookworm machine (run as root):
 # every supported PostgreSQL major with its server headers and test drivers (scripts/majors.sh
 # says where each comes from: 15 from bookworm, 17 from Debian trixie pinned low so nothing
-# else is pulled from it unasked, 16 and 18 from pinned PyPI wheels), sudo, PgBouncer, the
+# else is pulled from it unasked, 16 and 18 from pinned PyPI wheels), sudo, PgBouncer,
+# promtool and postgres_exporter (bookworm's prometheus packages, for the monitoring suite), the
 # packaging tools (lintian, a bookworm glibc sysroot to link against), cargo-pgrx 0.18.1, `cargo pgrx init` for every major, and a
 # Python virtual environment for the real-driver suites.
 # ADVLOCK_PG_MAJORS="15 17" (space separated) limits the majors; the default major 17 is always set up.
@@ -39,6 +40,10 @@ command -v sudo >/dev/null || need_apt+=(sudo)
 command -v pgbouncer >/dev/null || need_apt+=(pgbouncer)
 command -v clang >/dev/null || need_apt+=(clang libclang-dev)   # bindgen, used by pgrx-pg-sys
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+# pg_test/monitoring: promtool (prometheus) checks the alert rules, a real postgres_exporter
+# (0.11.1 in bookworm) scrapes the test cluster with monitoring/postgres_exporter/queries.yaml.
+command -v promtool >/dev/null || need_apt+=(prometheus)
+[ -x /usr/bin/prometheus-postgres-exporter ] || need_apt+=(prometheus-postgres-exporter)
 
 if [ $((${#need_apt[@]} + ${#need_pg[@]})) -gt 0 ]; then
   log "installing Debian packages: ${need_pg[*]} ${need_apt[*]}"
@@ -70,6 +75,11 @@ PIN
   [ ${#need_apt[@]} -eq 0 ] || apt_install "${need_apt[@]}"
   # Debian's pgbouncer package starts a system service; advlock's tests start their own.
   as_root service pgbouncer stop >/dev/null 2>&1 || true
+  # So do prometheus (:9090) and prometheus-postgres-exporter (:9187); the monitoring suite
+  # starts its own exporter on a free loopback port and needs no Prometheus server.
+  for svc in prometheus prometheus-postgres-exporter; do
+    as_root service "$svc" stop >/dev/null 2>&1 || true
+  done
 fi
 
 for major in 16 18; do

@@ -1,0 +1,187 @@
+"""Helpers for the monitoring suite: the instance, a real postgres_exporter, /metrics parsing.
+
+The instance is described by ADVLOCK_PGHOST / ADVLOCK_PGPORT / ADVLOCK_PGDATABASE (set by
+pg_test/run.sh); scratch files (the exporters' logs) go to ADVLOCK_WORKDIR.
+"""
+import math
+import os
+import re
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import psycopg
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+MONITORING = REPO / "monitoring"
+QUERIES = MONITORING / "postgres_exporter" / "queries.yaml"
+RULES_DIR = MONITORING / "prometheus"
+
+HOST = os.environ.get("ADVLOCK_PGHOST", "127.0.0.1")
+PORT = int(os.environ.get("ADVLOCK_PGPORT", "5418"))
+DATABASE = os.environ.get("ADVLOCK_PGDATABASE", "advlock_monitoring")
+WORKDIR = Path(os.environ.get("ADVLOCK_WORKDIR") or tempfile.mkdtemp(prefix="advlock-monitoring."))
+
+EXPORTER_BIN = os.environ.get("ADVLOCK_POSTGRES_EXPORTER", "/usr/bin/prometheus-postgres-exporter")
+PROMTOOL_BIN = os.environ.get("ADVLOCK_PROMTOOL", "promtool")
+
+# Roles created by the suite (cluster-wide, in its throwaway instance).
+EXPORTER_ROLE = "advlock_exporter"      # pg_monitor, advlock.idle_threshold = '2s'
+BLIND_ROLE = "advlock_exporter_blind"   # no pg_monitor: the blind spot
+IDLE_THRESHOLD_S = 2.0
+
+# Every metric of queries.yaml: name -> Prometheus type.
+EXPECTED_METRICS = {
+    "advlock_holders": "gauge",
+    "advlock_locks": "gauge",
+    "advlock_leaked_holders": "gauge",
+    "advlock_leaked_locks": "gauge",
+    "advlock_idle_in_transaction_holders": "gauge",
+    "advlock_hidden_holders": "gauge",
+    "advlock_waiters": "gauge",
+    "advlock_oldest_wait_seconds": "gauge",
+    "advlock_oldest_hold_seconds": "gauge",
+    "advlock_acquisitions_total": "counter",
+    "advlock_immediate_total": "counter",
+    "advlock_waits_total": "counter",
+    "advlock_timeouts_total": "counter",
+    "advlock_wait_seconds_total": "counter",
+    "advlock_preloaded": "gauge",
+}
+COUNTERS = [m for m, t in EXPECTED_METRICS.items() if t == "counter"]
+
+STATEMENT_TIMEOUT_MS = 20000
+
+
+def conninfo(app: str, user: str = "postgres", **extra) -> str:
+    return psycopg.conninfo.make_conninfo(
+        host=HOST, port=PORT, dbname=DATABASE, user=user, application_name=app,
+        connect_timeout=10, options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}", **extra)
+
+
+def connect(app: str, user: str = "postgres") -> psycopg.Connection:
+    return psycopg.connect(conninfo(app, user), autocommit=True)
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """Polls predicate() until truthy; fails after timeout seconds (hang protection only)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------------------- /metrics parsing
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+class Scrape:
+    """One /metrics page: samples as (name, labels dict, value), plus the # TYPE lines."""
+
+    def __init__(self, text: str, at: float):
+        self.text, self.at = text, at
+        self.types, self.samples = {}, []
+        for line in text.splitlines():
+            if line.startswith("# TYPE "):
+                _, _, name, kind = line.split(None, 3)
+                self.types[name] = kind.strip()
+            elif line and not line.startswith("#"):
+                m = _SAMPLE.match(line)
+                if m:
+                    labels = {k: re.sub(r'\\(.)', lambda e: "\n" if e.group(1) == "n" else e.group(1), v)
+                              for k, v in _LABEL.findall(m.group(2) or "")}
+                    self.samples.append((m.group(1), labels, float(m.group(3))))
+
+    def series(self, name: str, **labels) -> list:
+        return [(lab, v) for n, lab, v in self.samples
+                if n == name and all(lab.get(k) == val for k, val in labels.items())]
+
+    def value(self, name: str, **labels):
+        """The value of the one series of `name` matching labels; None when there is none."""
+        found = self.series(name, **labels)
+        assert len(found) <= 1, f"several series of {name} match {labels}: {found}"
+        return found[0][1] if found else None
+
+    def total(self, name: str, **labels) -> float:
+        return sum(v for _, v in self.series(name, **labels) if not math.isnan(v))
+
+
+# ---------------------------------------------------------------------------- the exporter
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Exporter:
+    """A real postgres_exporter on loopback, with the shipped queries.yaml, connecting as `role`."""
+
+    def __init__(self, role: str, name: str):
+        self.role, self.name = role, name
+        self.proc = None
+        self.port = None
+        self.log = WORKDIR / f"postgres_exporter-{name}.log"
+
+    def start(self, timeout: float = 30.0):
+        assert os.access(EXPORTER_BIN, os.X_OK), (
+            f"{EXPORTER_BIN} is missing: scripts/setup.sh installs Debian's prometheus-postgres-exporter")
+        for _attempt in range(3):   # the free port may be taken between the probe and the bind
+            self.port = free_port()
+            env = dict(os.environ)
+            env["DATA_SOURCE_NAME"] = (f"postgresql://{self.role}@{HOST}:{PORT}/{DATABASE}"
+                                       f"?sslmode=disable&application_name=postgres_exporter-{self.name}")
+            args = [EXPORTER_BIN,
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    f"--extend.query-path={QUERIES}",
+                    # 0.11.1's bgwriter collector reads columns PostgreSQL 17 moved (it logs an
+                    # error every scrape); nothing of advlock's depends on it.
+                    "--no-collector.bgwriter"]
+            with open(self.log, "ab") as log:
+                log.write(f"\n### {' '.join(args)}\n".encode())
+                log.flush()
+                self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    self.get("/")
+                    return self
+                except OSError:
+                    time.sleep(0.1)
+            self.stop()
+        raise AssertionError(f"postgres_exporter did not start; log:\n{self.log_tail()}")
+
+    def get(self, path: str, timeout: float = 15.0) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=timeout) as r:
+            return r.read().decode()
+
+    def scrape(self) -> Scrape:
+        text = self.get("/metrics")
+        return Scrape(text, time.monotonic())
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
