@@ -13,7 +13,9 @@
 --     depends on one (a view over advlock_holders, say), the move stops, names it, and leaves
 --     the database as it was.
 --  3. CREATE EXTENSION advlock in the same schema: every call that names advlock_* resolves
---     to the extension from now on.
+--     to the extension from now on. The extension's fencing-token counter continues from the
+--     edition's (setval on the extension's sequence: where the edition has issued tokens, a
+--     role that may do that -- a superuser -- must run the move).
 --  4. Lists, as NOTICEs, the objects still bound to advlock_edition_key, to be rebound when
 --     convenient (README, "Moving to the extension"); then advlock_edition_key and its two
 --     helpers can be dropped.
@@ -24,6 +26,7 @@ DECLARE
     s text := pg_catalog.quote_ident(pg_catalog.current_schema());
     sig text;
     r record;
+    last_token bigint;
 BEGIN
     IF pg_catalog.to_regprocedure(s || '.advlock_edition_version()') IS NULL THEN
         RAISE EXCEPTION 'the advlock SQL edition is not installed in schema %', s
@@ -32,11 +35,14 @@ BEGIN
     FOREACH sig IN ARRAY ARRAY['text, text', 'text, bigint', 'text'] LOOP
         EXECUTE pg_catalog.format('ALTER FUNCTION %s.advlock_key(%s) RENAME TO advlock_edition_key', s, sig);
     END LOOP;
-    -- The holders functions first (they depend on the view), then the view, then the rest.
+    -- The holders functions first (they depend on the view), then the views, then the rest.
     EXECUTE pg_catalog.format('DROP FUNCTION %s.advlock_terminate_idle_holders(interval, boolean)', s);
     EXECUTE pg_catalog.format('DROP FUNCTION %s.advlock_idle_holders(interval)', s);
-    EXECUTE pg_catalog.format('DROP FUNCTION %s.advlock_leak_count(interval)', s);
+    EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS %s.advlock_leak_count(interval)', s);
     EXECUTE pg_catalog.format('DROP VIEW %s.advlock_holders', s);
+    EXECUTE pg_catalog.format('DROP VIEW IF EXISTS %s.advlock_metrics', s);
+    -- Its SQL-standard body depends on advlock_idle_threshold and advlock_lock_entries.
+    EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS %s.advlock_metrics()', s);
     FOR r IN
         SELECT p.oid::pg_catalog.regprocedure AS f
           FROM pg_catalog.pg_proc p
@@ -49,7 +55,24 @@ BEGIN
     LOOP
         EXECUTE pg_catalog.format('DROP FUNCTION %s', r.f);
     END LOOP;
+    -- The fencing-token counter: the extension's own sequence takes over from where the
+    -- edition's stopped, so tokens keep growing across the move (same timeline bits).
+    IF pg_catalog.to_regclass(s || '.advlock_token_seq') IS NOT NULL THEN
+        EXECUTE pg_catalog.format('SELECT CASE WHEN is_called THEN last_value END FROM %s.advlock_token_seq', s)
+            INTO last_token;
+        EXECUTE pg_catalog.format('DROP SEQUENCE %s.advlock_token_seq', s);
+    END IF;
     EXECUTE pg_catalog.format('CREATE EXTENSION advlock SCHEMA %s', s);
+    IF last_token IS NOT NULL THEN
+        BEGIN
+            PERFORM pg_catalog.setval(pg_catalog.format('%s.advlock_token_seq', s)::pg_catalog.regclass, last_token, true);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE EXCEPTION 'the extension''s fencing-token counter cannot be set to continue the edition''s (%)', last_token
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = 'The edition has issued fencing tokens; the extension''s must stay above them, and its sequence belongs to the extension''s owner.',
+                      HINT = 'Run the move as a superuser. Nothing was changed.';
+        END;
+    END IF;
     FOR r IN
         SELECT DISTINCT pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) AS what
           FROM pg_catalog.pg_depend d

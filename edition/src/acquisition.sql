@@ -79,20 +79,12 @@ BEGIN
 END
 $fn$;
 
--- The whole acquisition, as src/acquisition.rs: checks (timeout_ms, scope, mode; the target
--- was checked by the caller), a no-wait try, then (only if busy) the bounded wait. The
--- uncontended path opens no subtransaction. fn names the function called, for messages.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_acquire(fn pg_catalog.text, key pg_catalog.int8,
-                                                              timeout_ms pg_catalog.int4, scope pg_catalog.text,
-                                                              mode pg_catalog.text)
-RETURNS pg_catalog.bool
-LANGUAGE plpgsql VOLATILE
+-- The timeout_ms argument (lock_request::timeout): not NULL, not negative.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_check_timeout(fn pg_catalog.text, timeout_ms pg_catalog.int4)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    session boolean;
-    shared boolean;
-    got boolean;
 BEGIN
     IF timeout_ms IS NULL THEN
         RAISE EXCEPTION 'argument "timeout_ms" of % must not be null', fn
@@ -104,8 +96,18 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Use 0 for a pure try (no wait) or a positive number of milliseconds to wait at most.';
     END IF;
-    session := @extschema@.advlock_edition_scope(fn, scope);
-    shared := @extschema@.advlock_edition_mode(fn, mode);
+END
+$fn$;
+
+-- The checks every acquisition makes once its arguments are valid (preflight in
+-- src/acquisition.rs): refused on a hot standby unless advlock.allow_on_standby is on, and a
+-- WARNING for scope 'xact' outside a transaction block.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_preflight(fn pg_catalog.text, session pg_catalog.bool)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
     IF pg_is_in_recovery()
        AND lower(coalesce(current_setting('advlock.allow_on_standby', true), 'off')) NOT IN ('on', 'true', 'yes', '1') THEN
         RAISE EXCEPTION '% cannot run on a hot standby', fn
@@ -123,6 +125,28 @@ BEGIN
         RAISE WARNING '% with scope ''xact'' outside a transaction block: the lock is released when this statement ends', fn
             USING HINT = 'Call it between BEGIN and COMMIT, or use scope => ''session'' and advlock_unlock().';
     END IF;
+END
+$fn$;
+
+-- The whole acquisition, as src/acquisition.rs: checks (timeout_ms, scope, mode; the target
+-- was checked by the caller), a no-wait try, then (only if busy) the bounded wait. The
+-- uncontended path opens no subtransaction. fn names the function called, for messages.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_acquire(fn pg_catalog.text, key pg_catalog.int8,
+                                                              timeout_ms pg_catalog.int4, scope pg_catalog.text,
+                                                              mode pg_catalog.text)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    session boolean;
+    shared boolean;
+    got boolean;
+BEGIN
+    PERFORM @extschema@.advlock_edition_check_timeout(fn, timeout_ms);
+    session := @extschema@.advlock_edition_scope(fn, scope);
+    shared := @extschema@.advlock_edition_mode(fn, mode);
+    PERFORM @extschema@.advlock_edition_preflight(fn, session);
     IF session THEN
         got := CASE WHEN shared THEN pg_try_advisory_lock_shared(key) ELSE pg_try_advisory_lock(key) END;
     ELSE
@@ -190,6 +214,22 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     waited bigint := floor(extract(epoch FROM clock_timestamp() - started) * 1000);
+BEGIN
+    RAISE EXCEPTION 'could not obtain % advisory lock on % within % ms (waited % ms)', req_mode, target, timeout_ms, waited
+        USING ERRCODE = 'lock_not_available',
+              DETAIL = @extschema@.advlock_edition_holders(key, req_mode),
+              HINT = 'Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.';
+END
+$fn$;
+
+-- Who holds key in a mode that conflicts with req_mode, as a timeout error's DETAIL says it
+-- (describe_holders in src/diagnostics.rs).
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_holders(key pg_catalog.int8, req_mode pg_catalog.text)
+RETURNS pg_catalog.text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
     holders text;
 BEGIN
     SELECT string_agg(format('PID %s (application_name %s, state %s)',
@@ -206,11 +246,8 @@ BEGIN
        AND l.objid::int8 = (key & 4294967295)
        AND (req_mode = 'exclusive' OR l.mode = 'ExclusiveLock')
        AND l.pid <> pg_backend_pid();
-    RAISE EXCEPTION 'could not obtain % advisory lock on % within % ms (waited % ms)', req_mode, target, timeout_ms, waited
-        USING ERRCODE = 'lock_not_available',
-              DETAIL = CASE WHEN holders IS NULL THEN 'The holder released it after the wait ended.'
-                            ELSE 'Held by ' || holders || '.' END,
-              HINT = 'Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.';
+    RETURN CASE WHEN holders IS NULL THEN 'The holder released it after the wait ended.'
+                ELSE 'Held by ' || holders || '.' END;
 END
 $fn$;
 

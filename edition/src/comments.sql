@@ -29,3 +29,25 @@ COMMENT ON FUNCTION @extschema@.advlock_edition_raise_timeout(pg_catalog.int8, p
   'advlock SQL edition (internal): advlock_lock_with_timeout''s 55P03 error, naming the holders';
 COMMENT ON FUNCTION @extschema@.advlock_edition_describe(pg_catalog.int8, pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
   'advlock SQL edition (internal): "key N = advlock_key(ns, id)" for messages';
+COMMENT ON FUNCTION @extschema@.advlock_edition_check_timeout(pg_catalog.text, pg_catalog.int4) IS
+  'advlock SQL edition (internal): checks a timeout_ms argument (not NULL, not negative)';
+COMMENT ON FUNCTION @extschema@.advlock_edition_preflight(pg_catalog.text, pg_catalog.bool) IS
+  'advlock SQL edition (internal): the hot-standby refusal and the xact-outside-a-block WARNING of every acquisition';
+COMMENT ON FUNCTION @extschema@.advlock_edition_holders(pg_catalog.int8, pg_catalog.text) IS
+  'advlock SQL edition (internal): the DETAIL of a timeout error, naming the holders of a key';
+COMMENT ON FUNCTION @extschema@.advlock_edition_check_set(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int8) IS
+  'advlock SQL edition (internal): raises the extension''s error for an empty key array or a NULL element';
+COMMENT ON FUNCTION @extschema@.advlock_edition_set_keys(pg_catalog.text, pg_catalog.int8[], pg_catalog.text, pg_catalog.text[], pg_catalog.int8[], pg_catalog.text) IS
+  'advlock SQL edition (internal): the checked keys of an all-or-nothing call, in the caller''s order';
+COMMENT ON FUNCTION @extschema@.advlock_edition_give_back(pg_catalog.int8[], pg_catalog.int4, pg_catalog.bool) IS
+  'advlock SQL edition (internal): releases the session holds an all-or-nothing call took, newest first';
+COMMENT ON FUNCTION @extschema@.advlock_edition_acquire_all(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4, pg_catalog.bool, pg_catalog.bool) IS
+  'advlock SQL edition (internal): takes sorted keys within one deadline in a subtransaction, or none of them';
+COMMENT ON FUNCTION @extschema@.advlock_edition_try_all(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock SQL edition (internal): advlock_try_all_with_timeout once the keys are known';
+COMMENT ON FUNCTION @extschema@.advlock_edition_lock_all(pg_catalog.int8[], pg_catalog.text, pg_catalog.text[], pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock SQL edition (internal): advlock_lock_all_with_timeout once the keys are known, with its 55P03 error';
+COMMENT ON FUNCTION @extschema@.advlock_edition_unlock_all(pg_catalog.int8[], pg_catalog.text) IS
+  'advlock SQL edition (internal): advlock_unlock_all once the keys are known';
+COMMENT ON FUNCTION @extschema@.advlock_edition_token(pg_catalog.int8, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock SQL edition (internal): advlock_try_with_token once the target is checked: acquisition, then (timeline << 47) | nextval';

@@ -76,3 +76,13 @@ BEGIN ATOMIC
            NULL::pg_catalog.timestamptz, NULL::pg_catalog.text
      WHERE false;
 END;
+
+-- Fencing tokens of held locks are recorded only when the extension is preloaded: none here,
+-- like the extension without shared_preload_libraries (no rows; advlock_holders.token is NULL).
+CREATE OR REPLACE FUNCTION @extschema@.advlock_tokens()
+RETURNS TABLE(pid pg_catalog.int4, key pg_catalog.int8, mode pg_catalog.text, token pg_catalog.int8)
+LANGUAGE sql VOLATILE STRICT PARALLEL RESTRICTED
+BEGIN ATOMIC
+    SELECT NULL::pg_catalog.int4, NULL::pg_catalog.int8, NULL::pg_catalog.text, NULL::pg_catalog.int8
+     WHERE false;
+END;

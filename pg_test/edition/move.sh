@@ -37,6 +37,10 @@ step "a table using the edition's advlock_key (generated column, index, expressi
   "INSERT INTO jobs SELECT 'q' || (g % 7), g FROM generate_series(1, 3000) g" \
   "CREATE TABLE keys_before AS SELECT job_id, lock_key FROM jobs"
 
+step "fencing tokens drawn from the edition" \
+  "CREATE TABLE tokens_before AS SELECT advlock_try_with_token(g, 0) AS token FROM generate_series(1, 40) g" \
+  "SELECT pg_advisory_unlock_all()"
+
 # The move itself, as the README says to run it.
 if PGOPTIONS='-c search_path=public' psql_db -f "$work/move_to_extension.sql" >"$work/move.log" 2>&1; then
   passed=$((passed + 1)); echo "move: ok   move_to_extension.sql"; cat "$work/move.log"
@@ -54,6 +58,8 @@ check "every stored key unchanged" \
   "SELECT count(*) = 3000 FROM jobs j JOIN keys_before b USING (job_id) WHERE j.lock_key = b.lock_key"
 check "every stored key equals the extension's advlock_key" \
   "SELECT count(*) = 0 FROM jobs WHERE lock_key <> advlock_key(queue, job_id)"
+check "the extension's fencing tokens continue above the edition's" \
+  "SELECT advlock_try_with_token(1, 0) > (SELECT max(token) FROM tokens_before) AND advlock_unlock(1)"
 step "new rows after the move" "INSERT INTO jobs SELECT 'q' || (g % 7), g FROM generate_series(3001, 3500) g"
 check "new rows get the extension's keys" \
   "SELECT count(*) = 500 FROM jobs WHERE job_id > 3000 AND lock_key = advlock_key(queue, job_id)"

@@ -1,0 +1,423 @@
+-- advlock SQL edition: all-or-nothing acquisition of a set of keys (src/key_set.rs):
+-- advlock_try_all_with_timeout, advlock_lock_all_with_timeout and advlock_unlock_all, each with
+-- (keys bigint[]), (ns, ids text[]) and (ns, ids bigint[]) forms; and advlock_holding
+-- (src/holding.rs).
+--
+-- Every call takes its distinct keys in ascending order within one deadline, so callers of these
+-- functions never deadlock each other. The holds are taken inside one PL/pgSQL exception block (a
+-- subtransaction): when a key stays busy past the deadline the block raises, and its abort gives
+-- back exactly the transaction-scope holds it took; session-scope holds survive a subtransaction
+-- abort, so the handler releases those one by one (one hold per key, so a hold the session had
+-- before the call stays). An ERROR during the call (deadlock with a caller of the single-key
+-- functions, cancel, statement_timeout, a full lock table) gives back the same way before it is
+-- raised again.
+
+-- The keys of an array argument, in the caller's order: the checks of targets_of_keys /
+-- targets_of_*_ids (empty array 22023, NULL element 22004, naming its 1-based position).
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_check_set(fn pg_catalog.text, argument pg_catalog.text,
+                                                                n pg_catalog.int4, first_null pg_catalog.int8)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF n = 0 THEN
+        RAISE EXCEPTION 'argument "%" of % must not be empty', argument, fn
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass at least one key; an empty set would report success while locking nothing.';
+    END IF;
+    IF first_null IS NOT NULL THEN
+        RAISE EXCEPTION 'element % of argument "%" of % must not be null', first_null, argument, fn
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'A NULL key would lock nothing: remove it from the array or pass a value.';
+    END IF;
+END
+$fn$;
+
+-- The keys of one call, validated, in the caller's order (ns NULL: bare keys in keys; else
+-- advlock_key(ns, id) of text_ids or of int_ids). Argument checks in the extension's order:
+-- the array or ns first, then the elements.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_set_keys(fn pg_catalog.text, keys pg_catalog.int8[],
+                                                               ns pg_catalog.text, text_ids pg_catalog.text[],
+                                                               int_ids pg_catalog.int8[], form pg_catalog.text)
+RETURNS pg_catalog.int8[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    first_null bigint;
+    result bigint[];
+BEGIN
+    IF form = 'keys' THEN
+        IF keys IS NULL THEN
+            RAISE EXCEPTION 'argument "keys" of % must not be null', fn
+                USING ERRCODE = 'null_value_not_allowed',
+                      HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+        END IF;
+        SELECT min(i) INTO first_null FROM unnest(keys) WITH ORDINALITY u(v, i) WHERE v IS NULL;
+        PERFORM @extschema@.advlock_edition_check_set(fn, 'keys', cardinality(keys), first_null);
+        RETURN keys;
+    END IF;
+    IF ns IS NULL OR ns = '' THEN
+        PERFORM @extschema@.advlock_edition_check_target(fn, ns, false);
+    END IF;
+    IF (form = 'text' AND text_ids IS NULL) OR (form = 'int' AND int_ids IS NULL) THEN
+        RAISE EXCEPTION 'argument "ids" of % must not be null', fn
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+    END IF;
+    IF form = 'text' THEN
+        SELECT min(i) INTO first_null FROM unnest(text_ids) WITH ORDINALITY u(v, i) WHERE v IS NULL;
+        PERFORM @extschema@.advlock_edition_check_set(fn, 'ids', cardinality(text_ids), first_null);
+        SELECT array_agg(@extschema@.advlock_key(ns, v) ORDER BY i) INTO result
+          FROM unnest(text_ids) WITH ORDINALITY u(v, i);
+    ELSE
+        SELECT min(i) INTO first_null FROM unnest(int_ids) WITH ORDINALITY u(v, i) WHERE v IS NULL;
+        PERFORM @extschema@.advlock_edition_check_set(fn, 'ids', cardinality(int_ids), first_null);
+        SELECT array_agg(@extschema@.advlock_key(ns, v) ORDER BY i) INTO result
+          FROM unnest(int_ids) WITH ORDINALITY u(v, i);
+    END IF;
+    RETURN result;
+END
+$fn$;
+
+-- Gives back one session hold of each of keys[1..n], newest first (the holds this call took).
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_give_back(keys pg_catalog.int8[], n pg_catalog.int4,
+                                                                shared pg_catalog.bool)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    FOR i IN REVERSE n..1 LOOP
+        IF shared THEN PERFORM pg_advisory_unlock_shared(keys[i]); ELSE PERFORM pg_advisory_unlock(keys[i]); END IF;
+    END LOOP;
+END
+$fn$;
+
+-- The acquisition itself (acquire_all): keys sorted and distinct, arguments checked. busy is 0
+-- when every key is held, else the 1-based position of the key that stayed busy (then nothing
+-- this call took is held), with the time waited.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_acquire_all(fn pg_catalog.text, keys pg_catalog.int8[],
+                                                                  timeout_ms pg_catalog.int4, session pg_catalog.bool,
+                                                                  shared pg_catalog.bool,
+                                                                  OUT busy pg_catalog.int4, OUT waited_ms pg_catalog.int8)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    started timestamptz;
+    deadline timestamptz;
+    taken int := 0;   -- how many of keys (from the first) this call holds
+    left_ms bigint;
+    got boolean;
+    k bigint;
+BEGIN
+    PERFORM @extschema@.advlock_edition_preflight(fn, session);
+    started := clock_timestamp();
+    deadline := started + timeout_ms * interval '1 millisecond';
+    busy := 0;
+    BEGIN
+        FOREACH k IN ARRAY keys LOOP
+            IF session THEN
+                got := CASE WHEN shared THEN pg_try_advisory_lock_shared(k) ELSE pg_try_advisory_lock(k) END;
+            ELSE
+                got := CASE WHEN shared THEN pg_try_advisory_xact_lock_shared(k) ELSE pg_try_advisory_xact_lock(k) END;
+            END IF;
+            IF NOT got THEN
+                left_ms := least(floor(extract(epoch FROM deadline - clock_timestamp()) * 1000), 2147483647);
+                IF left_ms > 0 THEN
+                    -- The bounded wait of the single-key functions: true also when the grant
+                    -- raced the timeout, so a key taken is never reported busy.
+                    got := @extschema@.advlock_edition_wait(k, session, shared, left_ms::int);
+                END IF;
+            END IF;
+            IF NOT got THEN
+                busy := taken + 1;
+                waited_ms := floor(extract(epoch FROM clock_timestamp() - started) * 1000);
+                -- Leaves the block: its abort releases the transaction-scope holds taken in it.
+                RAISE EXCEPTION USING ERRCODE = 'lock_not_available', MESSAGE = 'advlock: key set busy';
+            END IF;
+            taken := taken + 1;
+        END LOOP;
+    EXCEPTION
+        WHEN lock_not_available THEN
+            IF busy = 0 THEN
+                -- Not ours (a lock_timeout of the caller's firing elsewhere): give back, re-raise.
+                IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
+                RAISE;
+            END IF;
+            IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
+        WHEN out_of_memory THEN
+            IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
+            IF SQLERRM = 'out of shared memory' THEN
+                RAISE EXCEPTION '%: the lock table has no room for % keys', fn, cardinality(keys)
+                    USING ERRCODE = 'out_of_memory',
+                          DETAIL = format('It was full after %s of them. No key of this call is held: the error releases the ones it took.', taken),
+                          HINT = 'Lock fewer keys per call, or raise max_locks_per_transaction (the lock table holds max_locks_per_transaction × (max_connections + max_prepared_transactions) locks; a restart is needed).';
+            END IF;
+            RAISE;
+        WHEN query_canceled THEN
+            IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
+            RAISE;
+        WHEN OTHERS THEN
+            IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
+            RAISE;
+    END;
+END
+$fn$;
+
+-- try_all: checks in the extension's order, then the sorted, distinct keys.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_try_all(fn pg_catalog.text, keys pg_catalog.int8[],
+                                                              timeout_ms pg_catalog.int4, scope pg_catalog.text,
+                                                              mode pg_catalog.text)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    session boolean;
+    shared boolean;
+    sorted bigint[];
+    r record;
+BEGIN
+    PERFORM @extschema@.advlock_edition_check_timeout(fn, timeout_ms);
+    session := @extschema@.advlock_edition_scope(fn, scope);
+    shared := @extschema@.advlock_edition_mode(fn, mode);
+    SELECT array_agg(DISTINCT k ORDER BY k) INTO sorted FROM unnest(keys) k;
+    r := @extschema@.advlock_edition_acquire_all(fn, sorted, timeout_ms, session, shared);
+    RETURN r.busy = 0;
+END
+$fn$;
+
+-- lock_all: as try_all, and 55P03 naming the busy key (the first label given for it) and its
+-- holders when the deadline passed.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_lock_all(keys pg_catalog.int8[], ns pg_catalog.text,
+                                                               text_ids pg_catalog.text[], int_ids pg_catalog.int8[],
+                                                               timeout_ms pg_catalog.int4, scope pg_catalog.text,
+                                                               mode pg_catalog.text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    fn constant text := 'advlock_lock_all_with_timeout';
+    session boolean;
+    shared boolean;
+    sorted bigint[];
+    r record;
+    k bigint;
+    target text;
+BEGIN
+    PERFORM @extschema@.advlock_edition_check_timeout(fn, timeout_ms);
+    session := @extschema@.advlock_edition_scope(fn, scope);
+    shared := @extschema@.advlock_edition_mode(fn, mode);
+    SELECT array_agg(DISTINCT v ORDER BY v) INTO sorted FROM unnest(keys) v;
+    r := @extschema@.advlock_edition_acquire_all(fn, sorted, timeout_ms, session, shared);
+    IF r.busy = 0 THEN
+        RETURN;
+    END IF;
+    k := sorted[r.busy];
+    IF ns IS NULL THEN
+        target := 'key ' || k;
+    ELSIF text_ids IS NOT NULL THEN
+        SELECT @extschema@.advlock_edition_describe(k, ns, u.v, NULL) INTO target
+          FROM unnest(keys, text_ids) WITH ORDINALITY u(key, v, i) WHERE u.key = k ORDER BY u.i LIMIT 1;
+    ELSE
+        SELECT @extschema@.advlock_edition_describe(k, ns, NULL, u.v) INTO target
+          FROM unnest(keys, int_ids) WITH ORDINALITY u(key, v, i) WHERE u.key = k ORDER BY u.i LIMIT 1;
+    END IF;
+    RAISE EXCEPTION 'could not obtain % advisory locks on all % keys within % ms (waited % ms): % is busy',
+                    mode, cardinality(sorted), timeout_ms, r.waited_ms, target
+        USING ERRCODE = 'lock_not_available',
+              DETAIL = @extschema@.advlock_edition_holders(k, mode) || ' No key of this call is held.',
+              HINT = 'Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.';
+END
+$fn$;
+
+-- unlock_all: one session hold of each distinct key released; true when every one was held,
+-- the built-in's WARNING for each that was not.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_unlock_all(keys pg_catalog.int8[], mode pg_catalog.text)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    shared boolean := @extschema@.advlock_edition_mode('advlock_unlock_all', mode);
+    every boolean := true;
+    released boolean;
+    k bigint;
+BEGIN
+    FOR k IN SELECT DISTINCT v FROM unnest(keys) v ORDER BY v LOOP
+        released := CASE WHEN shared THEN pg_advisory_unlock_shared(k) ELSE pg_advisory_unlock(k) END;
+        every := every AND released;
+    END LOOP;
+    RETURN every;
+END
+$fn$;
+
+-- ---------------------------------------------------------------------------------------
+-- The API: three forms each, defaults as the extension's.
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_try_all_with_timeout(keys pg_catalog.int8[], timeout_ms pg_catalog.int4,
+                                                                   scope pg_catalog.text DEFAULT 'xact',
+                                                                   mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN @extschema@.advlock_edition_try_all('advlock_try_all_with_timeout',
+        @extschema@.advlock_edition_set_keys('advlock_try_all_with_timeout', keys, NULL, NULL, NULL, 'keys'),
+        timeout_ms, scope, mode);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_try_all_with_timeout(ns pg_catalog.text, ids pg_catalog.text[], timeout_ms pg_catalog.int4,
+                                                                   scope pg_catalog.text DEFAULT 'xact',
+                                                                   mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN @extschema@.advlock_edition_try_all('advlock_try_all_with_timeout',
+        @extschema@.advlock_edition_set_keys('advlock_try_all_with_timeout', NULL, ns, ids, NULL, 'text'),
+        timeout_ms, scope, mode);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_try_all_with_timeout(ns pg_catalog.text, ids pg_catalog.int8[], timeout_ms pg_catalog.int4,
+                                                                   scope pg_catalog.text DEFAULT 'xact',
+                                                                   mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN @extschema@.advlock_edition_try_all('advlock_try_all_with_timeout',
+        @extschema@.advlock_edition_set_keys('advlock_try_all_with_timeout', NULL, ns, NULL, ids, 'int'),
+        timeout_ms, scope, mode);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_all_with_timeout(keys pg_catalog.int8[], timeout_ms pg_catalog.int4,
+                                                                    scope pg_catalog.text DEFAULT 'xact',
+                                                                    mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM @extschema@.advlock_edition_lock_all(
+        @extschema@.advlock_edition_set_keys('advlock_lock_all_with_timeout', keys, NULL, NULL, NULL, 'keys'),
+        NULL, NULL, NULL, timeout_ms, scope, mode);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_all_with_timeout(ns pg_catalog.text, ids pg_catalog.text[], timeout_ms pg_catalog.int4,
+                                                                    scope pg_catalog.text DEFAULT 'xact',
+                                                                    mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM @extschema@.advlock_edition_lock_all(
+        @extschema@.advlock_edition_set_keys('advlock_lock_all_with_timeout', NULL, ns, ids, NULL, 'text'),
+        ns, ids, NULL, timeout_ms, scope, mode);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_all_with_timeout(ns pg_catalog.text, ids pg_catalog.int8[], timeout_ms pg_catalog.int4,
+                                                                    scope pg_catalog.text DEFAULT 'xact',
+                                                                    mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM @extschema@.advlock_edition_lock_all(
+        @extschema@.advlock_edition_set_keys('advlock_lock_all_with_timeout', NULL, ns, NULL, ids, 'int'),
+        ns, NULL, ids, timeout_ms, scope, mode);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock_all(keys pg_catalog.int8[], mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN @extschema@.advlock_edition_unlock_all(
+        @extschema@.advlock_edition_set_keys('advlock_unlock_all', keys, NULL, NULL, NULL, 'keys'), mode);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock_all(ns pg_catalog.text, ids pg_catalog.text[], mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN @extschema@.advlock_edition_unlock_all(
+        @extschema@.advlock_edition_set_keys('advlock_unlock_all', NULL, ns, ids, NULL, 'text'), mode);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock_all(ns pg_catalog.text, ids pg_catalog.int8[], mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN @extschema@.advlock_edition_unlock_all(
+        @extschema@.advlock_edition_set_keys('advlock_unlock_all', NULL, ns, NULL, ids, 'int'), mode);
+END
+$fn$;
+
+-- ---------------------------------------------------------------------------------------
+-- advlock_holding: whether this backend holds the lock in exactly this mode, any scope
+-- (LockHeldByMe; here this backend's granted rows of pg_locks). VOLATILE, PARALLEL UNSAFE as
+-- the extension's: a parallel worker has its own, empty, set of held locks.
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_holding(key pg_catalog.int8, mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'argument "key" of advlock_holding must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+    END IF;
+    RETURN @extschema@.advlock_edition_held(key, @extschema@.advlock_edition_mode('advlock_holding', mode));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_holding(ns pg_catalog.text, id pg_catalog.text, mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF ns IS NULL OR ns = '' OR id IS NULL THEN
+        PERFORM @extschema@.advlock_edition_check_target('advlock_holding', ns, id IS NULL);
+    END IF;
+    RETURN @extschema@.advlock_edition_held(@extschema@.advlock_key(ns, id), @extschema@.advlock_edition_mode('advlock_holding', mode));
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_holding(ns pg_catalog.text, id pg_catalog.int8, mode pg_catalog.text DEFAULT 'exclusive')
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF ns IS NULL OR ns = '' OR id IS NULL THEN
+        PERFORM @extschema@.advlock_edition_check_target('advlock_holding', ns, id IS NULL);
+    END IF;
+    RETURN @extschema@.advlock_edition_held(@extschema@.advlock_key(ns, id), @extschema@.advlock_edition_mode('advlock_holding', mode));
+END
+$fn$;
