@@ -83,9 +83,3 @@ unsafe fn local_entry(index: i32) -> *mut pg_sys::LocalPgBackendStatus {
     // SAFETY: index in 1..=pgstat_fetch_stat_numbackends().
     unsafe { pg_sys::pgstat_get_local_beentry_by_index(index) }
 }
-
-/// The current time, as pg_stat_activity's clock_timestamp() comparisons use it.
-pub fn now() -> pg_sys::TimestampTz {
-    // SAFETY: reads the clock.
-    unsafe { pg_sys::GetCurrentTimestamp() }
-}

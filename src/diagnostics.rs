@@ -18,16 +18,24 @@ fn advlock_idle_threshold(older_than: default!(Option<Interval>, "NULL")) -> Int
         None => Interval::from_micros(gucs::IDLE_THRESHOLD_MS.get() as i64 * 1000),
         Some(interval) => {
             if micros_of(&interval) < 0 {
-                Report::new(
-                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                    "argument \"older_than\" of advlock_idle_threshold must not be a negative interval",
-                )
-                .hint("Pass how long a holder must have been idle, e.g. interval '5 minutes'.")
-                .raise();
+                negative_older_than(
+                    "advlock_idle_threshold",
+                    "Pass how long a holder must have been idle, e.g. interval '5 minutes'.",
+                );
             }
             interval
         }
     }
+}
+
+/// 22023 for a negative `older_than`, under the name of the function called.
+fn negative_older_than(function: &str, hint: &str) -> ! {
+    Report::new(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        format!("argument \"older_than\" of {function} must not be a negative interval"),
+    )
+    .hint(hint)
+    .raise()
 }
 
 /// interval_cmp's own normalisation: a month is 30 days.
@@ -44,12 +52,10 @@ pub fn idle_threshold_micros(older_than: Option<Interval>, function: &str) -> i6
         Some(interval) => {
             let micros = micros_of(&interval);
             if micros < 0 {
-                Report::new(
-                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                    format!("argument \"older_than\" of {function} must not be a negative interval"),
-                )
-                .hint("Pass how long a holder must have been idle, e.g. interval '5 minutes', or NULL for advlock.idle_threshold.")
-                .raise();
+                negative_older_than(
+                    function,
+                    "Pass how long a holder must have been idle, e.g. interval '5 minutes', or NULL for advlock.idle_threshold.",
+                );
             }
             micros.min(i64::MAX as i128) as i64
         }
