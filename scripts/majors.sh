@@ -78,6 +78,18 @@ install_wheel_major() {
   rm -rf "$tmp"
 }
 
+# debian_mirror: the Debian archive this machine's apt sources already use (deb822 `URIs:` or
+# one-line `deb` entries), so no script of advlock names a mirror of its own.
+debian_mirror() {
+  local uri
+  uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {for (i = 2; i <= NF; i++) print $i}' |
+    grep -E '/debian/?$' | head -1)
+  [ -n "$uri" ] || uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+    awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; break}}' | grep -E '/debian/?$' | head -1)
+  [ -n "$uri" ] || { echo "advlock: no Debian archive in this machine's apt sources" >&2; return 1; }
+  echo "${uri%/}"
+}
+
 # The packages link against Debian bookworm's glibc 2.36, not the build machine's (installing
 # PostgreSQL 17 from trixie brings glibc 2.41, and a library linked there needs GLIBC_2.39 and
 # cannot be installed on bookworm). The libraries are linked against this small sysroot: the

@@ -50,9 +50,10 @@ if [ $((${#need_apt[@]} + ${#need_pg[@]})) -gt 0 ]; then
   if [ ! -f /etc/apt/sources.list.d/advlock-trixie.sources ]; then
     # PostgreSQL 17 is in trixie, not bookworm. Priority 100 means apt only takes from
     # trixie what bookworm cannot provide (postgresql-17 and what it strictly needs).
-    as_root tee /etc/apt/sources.list.d/advlock-trixie.sources >/dev/null <<'SRC'
+    mirror=$(debian_mirror)
+    as_root tee /etc/apt/sources.list.d/advlock-trixie.sources >/dev/null <<SRC
 Types: deb
-URIs: http://deb.debian.org/debian
+URIs: $mirror
 Suites: trixie
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg

@@ -35,7 +35,7 @@ if [ ! -x "$root/usr/lib/postgresql/15/bin/postgres" ]; then
   echo "bookworm: debootstrap bookworm (minbase + postgresql-15) into $root"
   if grep -q " $root/" /proc/mounts; then echo "bookworm: something is still mounted under $root" >&2; exit 1; fi
   rm -rf "$root"
-  debootstrap --variant=minbase --include=postgresql-15 bookworm "$root" http://deb.debian.org/debian \
+  debootstrap --variant=minbase --include=postgresql-15 bookworm "$root" "$(debian_mirror)" \
     >/tmp/advlock-debootstrap.log 2>&1 || { tail -20 /tmp/advlock-debootstrap.log; echo "pg15-bookworm 0 1" >>"$summary"; exit 1; }
 fi
 trap cleanup EXIT
