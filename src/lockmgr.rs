@@ -5,6 +5,7 @@
 //! (SET_LOCKTAG_INT64: field4 = 1), so advlock and the built-ins see each other's locks.
 use crate::lock_request::{Mode, Scope};
 use core::ffi::CStr;
+use std::cell::Cell;
 use pgrx::pg_sys;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::pg_sys::panic::CaughtError;
@@ -136,6 +137,7 @@ pub fn acquire_within(key: i64, mode: Mode, scope: Scope, timeout_ms: i32) -> bo
         let caller_owner = pg_sys::CurrentResourceOwner;
         pg_sys::BeginInternalSubTransaction(core::ptr::null());
         pg_sys::MemoryContextSwitchTo(caller_context);
+        IN_WAIT_SUBTRANSACTION.set(true);
 
         PgTryBuilder::new(|| {
             let nest_level = pg_sys::NewGUCNestLevel();
@@ -149,6 +151,7 @@ pub fn acquire_within(key: i64, mode: Mode, scope: Scope, timeout_ms: i32) -> bo
             pg_sys::AtEOXact_GUC(true, nest_level);
             // Commit the subtransaction: an xact-scoped lock moves to the caller's owner.
             pg_sys::ReleaseCurrentSubTransaction();
+            IN_WAIT_SUBTRANSACTION.set(false);
             pg_sys::MemoryContextSwitchTo(caller_context);
             pg_sys::CurrentResourceOwner = caller_owner;
             true
@@ -160,6 +163,7 @@ pub fn acquire_within(key: i64, mode: Mode, scope: Scope, timeout_ms: i32) -> bo
             // levels), leaves the wait queue (LockErrorCleanup) and releases what the
             // subtransaction's owner held.
             pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            IN_WAIT_SUBTRANSACTION.set(false);
             pg_sys::MemoryContextSwitchTo(caller_context);
             pg_sys::CurrentResourceOwner = caller_owner;
             match &error {
@@ -184,6 +188,17 @@ pub fn acquire_within(key: i64, mode: Mode, scope: Scope, timeout_ms: i32) -> bo
         })
         .execute()
     }
+}
+
+thread_local! {
+    /// Set while `acquire_within`'s own subtransaction is open, so that its abort (a timeout it
+    /// handles itself) is not mistaken for the failure of the statement around it.
+    static IN_WAIT_SUBTRANSACTION: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True while a subtransaction event belongs to `acquire_within`'s own wait.
+pub fn in_wait_subtransaction() -> bool {
+    IN_WAIT_SUBTRANSACTION.get()
 }
 
 /// `lock_timeout = timeout` at the current GUC nest level, as a function's SET clause does.
@@ -360,18 +375,42 @@ pub fn mode_name(mode: pg_sys::LOCKMODE) -> &'static str {
     }
 }
 
-/// Which top-level statement is running: (transaction start, statement start). A statement is
-/// one simple-protocol Query message or one extended-protocol Execute; two statements share an
-/// identity only if both timestamps, in microseconds, are equal.
-pub fn statement_identity() -> (pg_sys::TimestampTz, pg_sys::TimestampTz) {
-    // SAFETY: both read backend-local timestamps set by postgres.c / xact.c.
-    unsafe {
-        (
-            pg_sys::GetCurrentTransactionStartTimestamp(),
-            pg_sys::GetCurrentStatementStartTimestamp(),
-        )
-    }
+/// When the running client message began (`statement_timestamp()`). postgres.c stamps every
+/// Query, Parse, Bind and Execute message before running it; nothing inside a message (a
+/// procedure's COMMIT, a statement of a multi-statement Query) changes it.
+pub fn message_start() -> pg_sys::TimestampTz {
+    // SAFETY: reads a backend-local timestamp set by postgres.c.
+    unsafe { pg_sys::GetCurrentStatementStartTimestamp() }
 }
+
+/// When the current transaction began (`transaction_timestamp()`): the first message of an
+/// implicit transaction, so every Execute of one extended-protocol batch (up to its Sync) shares it.
+pub fn transaction_start() -> pg_sys::TimestampTz {
+    // SAFETY: reads a backend-local timestamp set by xact.c.
+    unsafe { pg_sys::GetCurrentTransactionStartTimestamp() }
+}
+
+/// True when postgres.c is not running any message's SQL: between messages (the commit at an
+/// extended-protocol Sync) or while it recovers from an error that reached the top level, whose
+/// handler clears `error_context_stack` and `debug_query_string` before `AbortCurrentTransaction`.
+/// Inside a message postgres.c has set `debug_query_string` to its text, and PL/pgSQL and SPI
+/// keep an error context callback pushed, so a procedure's ROLLBACK or a caught error's
+/// subtransaction abort is never taken for one.
+pub fn outside_client_statement() -> bool {
+    // SAFETY: reads two backend-local globals.
+    unsafe { pg_sys::debug_query_string.is_null() && pg_sys::error_context_stack.is_null() }
+}
+
+/// True while the client's own ROLLBACK or ROLLBACK TO SAVEPOINT is carried out: xact.c has put
+/// the block in an abort-pending state, which `TransactionBlockStatusCode` reports as 'E'. (An
+/// error aborts a block that is still in progress: 'T'.)
+pub fn explicit_rollback_in_progress() -> bool {
+    // SAFETY: reads backend-local transaction state.
+    unsafe { pg_sys::TransactionBlockStatusCode() as u8 == b'E' }
+}
+
+/// The top-level transaction's own subtransaction id (xact.c's TopSubTransactionId).
+pub const TOP_SUBTRANSACTION: pg_sys::SubTransactionId = 1;
 
 /// The current subtransaction (the top level is 1).
 pub fn current_subtransaction() -> pg_sys::SubTransactionId {
