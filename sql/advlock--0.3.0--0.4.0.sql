@@ -1,0 +1,6 @@
+-- advlock 0.3.0 -> 0.4.0. The objects of a fresh 0.4.0 install, reached from 0.3.0
+-- (pg_test/upgrade compares the two catalog by catalog).
+--
+-- The failed-statement rule under transaction control (a session lock kept through a ROLLBACK
+-- its own statement asked for, released when a statement fails after a COMMIT inside it) lives
+-- in the library: no SQL-visible change for it.
