@@ -51,7 +51,7 @@ CLAIMS = {
     "SELECT advlock_idle_threshold();": "clients/test_doc_examples.py::test_single_session_examples",
     "SHOW advlock.idle_threshold;": "clients/test_doc_examples.py::test_single_session_examples",
     "ALTER EXTENSION advlock UPDATE;": "clients/test_doc_examples.py::test_single_session_examples",
-    "FROM pg_available_extension_versions WHERE name = 'advlock'": "clients/test_doc_examples.py::test_single_session_examples",
+    "FROM pg_available_extension_versions WHERE name = 'advlock';": "clients/test_doc_examples.py::test_single_session_examples",
     "CREATE ROLE monitoring LOGIN;": "clients/test_doc_examples.py::test_monitoring_role_example",
     # README: run with a holder in another session, or in psql (\gset)
     "-- Readers share": "clients/test_readme_snippets.py::test_acquisition_examples_run_as_written",
@@ -191,7 +191,9 @@ class Session(threading.Thread):
         text_everything(self.conn)
         self.pid = self.conn.info.backend_pid
         self.notices = []
-        self.conn.add_notice_handler(lambda d: self.notices.append(d))
+        # A notice's Diagnostic is only valid inside the handler: copy what is checked.
+        self.conn.add_notice_handler(
+            lambda d: self.notices.append((d.severity_nonlocalized or d.severity, d.message_primary)))
         self.todo = queue.Queue()
         self.outcomes = []
         self.busy = threading.Event()
@@ -216,7 +218,7 @@ class Session(threading.Thread):
                         out.rows = cur.fetchall() if cur.description else []
                     except psycopg.Error as e:
                         out.error = e
-                    out.warnings = [d.message_primary for d in self.notices if d.severity == "WARNING"]
+                    out.warnings = [m for sev, m in self.notices if sev == "WARNING"]
                     self.outcomes.append(out)
             except Exception as e:  # noqa: BLE001 - reported by check()
                 self.crash = e

@@ -151,18 +151,23 @@ def reference_names(heading):
     return names
 
 
+def reference_objects():
+    """advlock_* names in the reference table, and those listed apart as internal."""
+    section = dx.section(dx.README, "Functions and views")
+    table = {n for n in reference_names("Functions and views") if n.startswith("advlock_")}
+    internal_text = section.split("Internal, not an API", 1)[1]
+    return table, set(re.findall(r"`(advlock_[a-z_0-9]+)(?:\(\))?`", internal_text))
+
+
 def test_reference_lists_every_function_and_view(admin):
     objects = {r[0] for r in admin.execute(
         "SELECT p.proname FROM pg_depend d JOIN pg_proc p ON p.oid = d.objid"
-        " WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e'"
+        " WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e' AND p.proname LIKE 'advlock\\_%%'"
         "   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'advlock')"
         " UNION SELECT c.relname FROM pg_depend d JOIN pg_class c ON c.oid = d.objid"
         " WHERE d.classid = 'pg_class'::regclass AND d.deptype = 'e' AND c.relkind IN ('v', 'S')"
         "   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'advlock')").fetchall()}
-    section = dx.section(dx.README, "Functions and views")
-    table = set(reference_names("Functions and views"))
-    internal_text = section.split("Internal, not an API", 1)[1]
-    internal = set(re.findall(r"`([a-z_0-9]+)(?:\(\))?`", internal_text))
+    table, internal = reference_objects()
     assert objects - table - internal == set(), "objects of the extension missing from the reference"
     assert (table | internal) - objects == set(), "reference names that are not objects of the extension"
     # Internal feeds with the same name as a view are the functions: advlock_metrics() is listed
@@ -178,3 +183,18 @@ def test_column_table_lists_every_column(admin, view):
     documented = reference_names(view)
     assert sorted(documented) == sorted(columns), (
         f"README's {view} table: missing {set(columns) - set(documented)}, extra {set(documented) - set(columns)}")
+
+
+def test_runner_fails_a_wrong_example():
+    """The runner is not lenient: a wrong value, an unexpected error, a missing error and a
+    WARNING each fail the block."""
+    connect = lambda: psycopg.connect(conninfo("advlock-test/docs-runner"))  # noqa: E731
+    for text in ("SELECT advlock_key('account', 42);  -- 42\n",
+                 "SELECT 1/0;\n",
+                 "SELECT 1;  -- ERROR 22012\n",
+                 "SELECT advlock_try_with_timeout('account', 42, 0);  -- t\n"):   # xact scope outside a block: WARNING
+        block = dx.Block(dx.README, "sql", text, 0, "")
+        with pytest.raises(AssertionError):
+            dx.run_block(block, connect)
+    dx.run_block(dx.Block(dx.README, "sql", "SELECT advlock_key('account', 42);  -- 7700915891107303510\n"
+                          "SELECT 1/0;  -- ERROR 22012: division by zero\n", 0, ""), connect)

@@ -1,4 +1,4 @@
-"""Every driver snippet in the README's "Driver snippets" section, run as written, and the SQL
+r"""Every driver snippet in the README's "Driver snippets" section, run as written, and the SQL
 reference examples that need psql (\gset) or a holder in another session. The inventory of
 every example of README.md and docs/ and who runs it is docexamples.CLAIMS
 (test_doc_examples.py::test_inventory).
