@@ -198,3 +198,29 @@ def test_runner_fails_a_wrong_example():
             dx.run_block(block, connect)
     dx.run_block(dx.Block(dx.README, "sql", "SELECT advlock_key('account', 42);  -- 7700915891107303510\n"
                           "SELECT 1/0;  -- ERROR 22012: division by zero\n", 0, ""), connect)
+
+
+def slug(heading):
+    """GitHub's anchor for a heading."""
+    s = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return s.replace(" ", "-")
+
+
+def test_links_resolve():
+    """Every relative link of README.md, CONTRIBUTING.md and docs/ names a file that exists,
+    and every #anchor a heading of that file."""
+    problems = []
+    for path in dx.DOC_FILES + [dx.REPO / "CONTRIBUTING.md"]:
+        text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (path.parent / file).resolve() if file else path
+            if not dest.exists():
+                problems.append(f"{path.name}: {target}: no such file")
+            elif anchor and dest.suffix == ".md":
+                headings = re.findall(r"^#+ (.*)$", dest.read_text(), re.M)
+                if anchor not in {slug(h) for h in headings}:
+                    problems.append(f"{path.name}: {target}: no such heading")
+    assert not problems, "\n".join(problems)
