@@ -139,12 +139,12 @@ def test_psycopg_pool_reset_callback_releases_session_lock(admin):
 
 # --- The README's psycopg_pool advice (Pools and poolers), run as written ---------------------
 
-def readme_pool(app, **overrides):
+def readme_pool(app, extra=""):
     """The README's pool snippet, executed with DSN pointing at the test instance (min_size and
     max_size given here so the backend count is exact; the snippet's own arguments are kept)."""
     code = docexamples.block_with("def unlock_all(conn):").text
     assert "check=ConnectionPool.check_connection" in code, "the README no longer recommends check="
-    code = code.replace("ConnectionPool(DSN,", "ConnectionPool(DSN, min_size=1, max_size=1,")
+    code = code.replace("ConnectionPool(DSN,", f"ConnectionPool(DSN, min_size=1, max_size=1,{extra}")
     scope = {"DSN": conninfo(app)}
     exec(code, scope)
     return scope["pool"]
@@ -179,6 +179,22 @@ def test_psycopg_pool_reset_from_readme_keeps_pooling(admin, measure):
         measure("README reset: distinct backends over 5 checkouts", len(set(pids)))
         assert len(set(pids)) == 1, pids
         assert backends_of(admin, app) == set(pids), "the pool opened other backends"
+    finally:
+        pool.close()
+
+
+def test_psycopg_pool_reset_from_readme_with_autocommit(admin):
+    """The README's note: with kwargs={"autocommit": True} the same reset works (its commit()
+    is a no-op) and pooling is kept."""
+    key = key_for("psycopg-pool-readme-reset-autocommit")
+    app = "advlock-test/pool/readme-reset-autocommit"
+    assert 'kwargs={"autocommit": True}' in docexamples.section(docexamples.README, "Pools and poolers")
+    pool = readme_pool(app, ' kwargs={"autocommit": True},')
+    try:
+        pids = checkouts(pool, key)
+        wait_until(lambda: holders_of(admin, key) == [], timeout=5, what="the reset to unlock")
+        assert len(set(pids)) == 1, pids
+        assert backends_of(admin, app) == set(pids)
     finally:
         pool.close()
 
