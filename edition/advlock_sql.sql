@@ -8,7 +8,7 @@
 --     PGOPTIONS='-c search_path=advlock' psql -v ON_ERROR_STOP=1 -d mydb -f advlock_sql.sql
 -- Upgrade: run a newer script the same way (CREATE OR REPLACE throughout).
 -- Needs: CREATE on that schema, and PostgreSQL 15 or newer. Differences from the extension:
--- README.md, "Managed PostgreSQL (no extension)".
+-- docs/sql-edition.md.
 
 DO $advlock_edition$
 BEGIN
@@ -1517,7 +1517,7 @@ BEGIN
 -- since PostgreSQL 15, as the extension reads it. A promoted standby's tokens are therefore
 -- larger than every token of the old primary.
 --
--- Differences (README, "Managed PostgreSQL (no extension)"):
+-- Differences (docs/sql-edition.md):
 --  * the extension flushes WAL before it returns a token whose draw wrote WAL (a sequence is
 --    WAL-logged 32 values ahead); SQL cannot force a flush. nextval gives the transaction an
 --    XID when it WAL-logs, so the caller's COMMIT (synchronous_commit on) flushes it: a token is

@@ -17,7 +17,7 @@
 --     edition's (setval on the extension's sequence: where the edition has issued tokens, a
 --     role that may do that -- a superuser -- must run the move).
 --  4. Lists, as NOTICEs, the objects still bound to advlock_edition_key, to be rebound when
---     convenient (README, "Moving to the extension"); then advlock_edition_key and its two
+--     convenient (docs/sql-edition.md, "Moving to the extension"); then advlock_edition_key and its two
 --     helpers can be dropped.
 BEGIN;
 

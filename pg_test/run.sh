@@ -11,6 +11,9 @@
 # Adding a test is dropping in a file. Writes "suite passed failed" lines to $ADVLOCK_SUMMARY.
 #
 # Usage: pg_test/run.sh [regress|isolation|clients|reliability|upgrade|monitoring ...]   (default: all)
+# ADVLOCK_ONLY: run only these tests of the named suite(s), space separated: pg_regress file or
+#   spec names (ADVLOCK_ONLY=keys pg_test/run.sh regress), or pytest paths / node ids relative
+#   to the suite's directory (ADVLOCK_ONLY=test_pools.py pg_test/run.sh clients).
 # ADVLOCK_TEST_CONF: extra postgresql.conf lines (newline separated), e.g. a preload.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -65,14 +68,15 @@ run_regress_like() { # suite driver inputdir files...
 # run_pytest SUITE: pytest over pg_test/SUITE/test_*.py in its own database advlock_SUITE
 # (extension created), with the instance described by ADVLOCK_PG* variables.
 run_pytest() {
-  local suite=$1 dir="$here/$1" rc passed failed
+  local suite=$1 dir="$here/$1" rc passed failed targets=(.)
+  [ -z "${ADVLOCK_ONLY:-}" ] || read -r -a targets <<<"$ADVLOCK_ONLY"
   if ! ls "$dir"/test_*.py >/dev/null 2>&1; then echo "pg_test: $suite: no tests"; return 0; fi
   as_postgres "$PGBIN/psql" -X -q -h "$work" -p "$port" -U postgres -d postgres \
     -c "CREATE DATABASE advlock_$suite" -c "\\c advlock_$suite" -c "CREATE EXTENSION advlock" >/dev/null || status=1
   (cd "$dir" && ADVLOCK_PGHOST=127.0.0.1 ADVLOCK_PGPORT=$port ADVLOCK_PGDATABASE=advlock_$suite \
     ADVLOCK_WORKDIR="$work" ADVLOCK_PGDATA="$work/data" PGBIN="$PGBIN" \
     "$here/.venv/bin/python" -m pytest -q -p no:cacheprovider \
-    --junitxml="$work/$suite.xml" . 2>&1 | tee "$work/$suite.log")
+    --junitxml="$work/$suite.xml" "${targets[@]}" 2>&1 | tee "$work/$suite.log")
   rc=${PIPESTATUS[0]}
   read -r passed failed < <("$here/.venv/bin/python" - "$work/$suite.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET
@@ -96,9 +100,11 @@ for suite in "${suites[@]}"; do
   case $suite in
     regress)
       mapfile -t tests < <(ls "$here/regress/sql" 2>/dev/null | sed -n 's/\.sql$//p' | sort)
+      [ -z "${ADVLOCK_ONLY:-}" ] || read -r -a tests <<<"$ADVLOCK_ONLY"
       run_regress_like regress "$PGXS_TEST/regress/pg_regress" "$here/regress" "${tests[@]}" ;;
     isolation)
       mapfile -t specs < <(ls "$here/isolation/specs" 2>/dev/null | sed -n 's/\.spec$//p' | sort)
+      [ -z "${ADVLOCK_ONLY:-}" ] || read -r -a specs <<<"$ADVLOCK_ONLY"
       # A spec whose first line says "# requires-extension: X" runs only where X is installed
       # (the PostgreSQL 16 wheel has no dblink); every skip is printed and counted.
       runnable=()

@@ -85,7 +85,7 @@ sys.stdout.write(f"""-- advlock {version}, SQL edition: the core API of the advl
 --     PGOPTIONS='-c search_path=advlock' psql -v ON_ERROR_STOP=1 -d mydb -f advlock_sql.sql
 -- Upgrade: run a newer script the same way (CREATE OR REPLACE throughout).
 -- Needs: CREATE on that schema, and PostgreSQL 15 or newer. Differences from the extension:
--- README.md, "Managed PostgreSQL (no extension)".
+-- docs/sql-edition.md.
 
 DO $advlock_edition$
 BEGIN

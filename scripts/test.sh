@@ -9,7 +9,7 @@
 #   3. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
 #   4. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
 #   4b. pg_test/edition/run.sh       the SQL edition (edition/advlock_sql.sql) on every major:
-#      the same regress + isolation suites, key vectors, race stress, README examples; its
+#      the same regress + isolation suites, key vectors, race stress, the docs' edition examples; its
 #      signatures and the move to the extension where the extension is installed
 #   5. the other majors (15, 16, 18): cargo pgrx test pgNN, preloaded and not
 #   6. scripts/package.sh            .deb + tarball for every major (lintian errors fail it)
@@ -94,7 +94,7 @@ sed -n 's/^keys: \([0-9]*\) passed, \([0-9]*\) failed$/keys \1 \2/p' "$keylog" >
 grep -q '^keys: ' "$keylog" || echo "keys 0 1" >>"$summary"
 
 # --- the SQL edition (pg_test/edition): regress, isolation, key vectors, grant/timeout race and
-# the README's examples against edition/advlock_sql.sql in databases without the extension, on
+# the docs' edition examples (README.md, docs/sql-edition.md) against edition/advlock_sql.sql in databases without the extension, on
 # every major; its signatures and the move to the extension where the extension is installed
 # (PostgreSQL 17, just above; skipped and reported on the others). Counted as pgNN-edition-*. ---
 edsummary=$(mktemp /tmp/advlock-summary-edition.XXXXXX)

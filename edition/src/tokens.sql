@@ -6,7 +6,7 @@
 -- since PostgreSQL 15, as the extension reads it. A promoted standby's tokens are therefore
 -- larger than every token of the old primary.
 --
--- Differences (README, "Managed PostgreSQL (no extension)"):
+-- Differences (docs/sql-edition.md):
 --  * the extension flushes WAL before it returns a token whose draw wrote WAL (a sequence is
 --    WAL-logged 32 values ahead); SQL cannot force a flush. nextval gives the transaction an
 --    XID when it WAL-logs, so the caller's COMMIT (synchronous_commit on) flushes it: a token is

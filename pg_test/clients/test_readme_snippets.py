@@ -1,4 +1,7 @@
-"""Every driver snippet in the README's "Driver snippets" section, run as written.
+r"""Every driver snippet in the README's "Driver snippets" section, run as written, and the SQL
+reference examples that need psql (\gset) or a holder in another session. The inventory of
+every example of README.md and docs/ and who runs it is docexamples.CLAIMS
+(test_doc_examples.py::test_inventory).
 
 The snippets are extracted from README.md, not retyped: each runs with a real connection and a
 `process_account` that records, from the snippet's own session, whether it holds the advisory
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import docexamples
 import pgsupport
 from pgsupport import psy
 
@@ -31,8 +35,7 @@ HELD_SQL = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid =
 
 def driver_snippets():
     """(label, language, code) for each fenced block of the Driver snippets section."""
-    text = README.read_text()
-    section = text.split("\n## Driver snippets\n", 1)[1].split("\n## ", 1)[0]
+    section = docexamples.section(README, "Driver snippets")
     found = []
     for m in re.finditer(r"\n([^\n`]+):\n\n```(\w+)\n(.*?)\n```", section, re.S):
         found.append((m.group(1).strip(), m.group(2), m.group(3)))

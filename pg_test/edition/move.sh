@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # edition-move: the documented move from the SQL edition to the extension
-# (edition/move_to_extension.sql, README "Moving to the extension"), on a database that uses
+# (edition/move_to_extension.sql, docs/sql-edition.md, "Moving to the extension"), on a database that uses
 # advlock_key in a stored generated column with an index on it and in an expression index.
 # Checks that the move keeps the table, both indexes and every stored key, that new rows get
 # the same keys, that amcheck finds the indexes consistent (where contrib's amcheck exists),

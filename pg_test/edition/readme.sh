@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# edition-readme: the README's "Managed PostgreSQL (no extension)" section, run as written.
+# edition-readme: the SQL edition's examples, run as written: the README's section "Managed
+# PostgreSQL: the SQL edition" (the install), then every block of docs/sql-edition.md.
 # Its ```sh blocks run with bash from the repository root, psql pointed at the test instance
 # (database mydb, created first); the install block runs twice (re-running is the upgrade).
 # Its ```sql blocks run in mydb; a statement "SELECT ...;  -- VALUE" must print VALUE (t/f as
@@ -16,14 +17,19 @@ ok() { passed=$((passed + 1)); echo "readme: ok   $1"; }
 fail() { failed=$((failed + 1)); echo "readme: FAIL $1"; }
 
 mkdir -p "$work/readme"
-python3 - "$repo/README.md" "$work/readme" <<'PY'
+python3 - "$repo" "$work/readme" <<'PY'
 import re, sys
-text = open(sys.argv[1]).read()
-m = re.search(r"^## Managed PostgreSQL \(no extension\)\n(.*?)(?=^## )", text, re.S | re.M)
+repo, out = sys.argv[1], sys.argv[2]
+readme = open(f"{repo}/README.md").read()
+m = re.search(r"^### Managed PostgreSQL: the SQL edition\n(.*?)(?=^#{1,3} )", readme, re.S | re.M)
 if not m:
-    sys.exit("readme: no section '## Managed PostgreSQL (no extension)'")
-for n, (lang, body) in enumerate(re.findall(r"^```(sh|sql)\n(.*?)^```", m.group(1), re.S | re.M)):
-    open(f"{sys.argv[2]}/{n:02d}.{lang}", "w").write(body)
+    sys.exit("readme: no section '### Managed PostgreSQL: the SQL edition' in README.md")
+doc = open(f"{repo}/docs/sql-edition.md").read()
+n = 0
+for text in (m.group(1), doc):
+    for lang, body in re.findall(r"^```(sh|sql)\n(.*?)^```", text, re.S | re.M):
+        open(f"{out}/{n:02d}.{lang}", "w").write(body)
+        n += 1
 PY
 ls "$work/readme"/*.s* >/dev/null 2>&1 || { echo "readme: no blocks extracted"; echo "readme: 0 passed, 1 failed"; exit 1; }
 chmod -R a+rX "$work/readme"

@@ -13,12 +13,12 @@
 #                       parallel safety and strictness (compared in two databases)
 #   edition-move        where the extension is installed: the documented move from the
 #                       edition to the extension (move.sh), generated column and indexes kept
-#   edition-readme      the README's edition examples, extracted and run as written
+#   edition-readme      the SQL edition examples of README.md and docs/sql-edition.md, run as written
 # Suites that need the library preloaded (preload*, settings, stats_*) are skipped, each skip
 # printed and recorded. Writes "suite passed failed" lines to $ADVLOCK_SUMMARY.
 #
 # Overlays: the same expected files as the extension, except where the edition differs in a
-# documented way (README, "Managed PostgreSQL (no extension)"): pg_test/edition/expected/*.out
+# documented way (docs/sql-edition.md): pg_test/edition/expected/*.out
 # replaces the extension's file of that name in a temporary copy of the input directory. And
 # the edition's errors come from PL/pgSQL, which adds a CONTEXT line the extension's do not
 # have: psql runs with SHOW_CONTEXT=never and CONTEXT lines are dropped from the copied
