@@ -38,7 +38,7 @@ unsafe extern "C-unwind" {
 }
 
 /// The next token. `function` is the calling SQL function's OID: the sequence lives in its schema.
-fn next_token(function: pg_sys::Oid) -> i64 {
+pub(crate) fn next_token(function: pg_sys::Oid) -> i64 {
     // SAFETY: syscache lookups and WAL position reads, inside a transaction.
     let (sequence, timeline, wal_before) = unsafe {
         let schema = pg_sys::get_func_namespace(function);
@@ -79,8 +79,8 @@ fn next_token(function: pg_sys::Oid) -> i64 {
 }
 
 /// Tokens come from a WAL-logged sequence: refused up front, before any lock is taken, where
-/// nothing can be written.
-fn tokens_possible() {
+/// nothing can be written. `function` names the caller in the error.
+pub(crate) fn tokens_possible(function: &str) {
     let place = if lockmgr::in_recovery() {
         "on a hot standby"
     } else if lockmgr::in_read_only_transaction() {
@@ -90,7 +90,7 @@ fn tokens_possible() {
     };
     Report::new(
         PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
-        format!("{TRY_TOKEN} cannot run {place}"),
+        format!("{function} cannot run {place}"),
     )
     .detail("A fencing token is drawn from a WAL-logged sequence, which needs a writable transaction on the primary.")
     .hint("Call it on the primary, outside read-only transactions (default_transaction_read_only = off).")
@@ -107,7 +107,7 @@ fn try_with_token(
     let timeout_ms = timeout(timeout_ms, TRY_TOKEN);
     let scope = Scope::parse(scope, TRY_TOKEN);
     let mode = Mode::parse(mode, TRY_TOKEN);
-    tokens_possible();
+    tokens_possible(TRY_TOKEN);
     if !acquire(TRY_TOKEN, &target, timeout_ms, scope, mode) {
         return None;
     }

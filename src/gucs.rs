@@ -16,6 +16,9 @@ pub static MAX_LABELS: GucSetting<i32> = GucSetting::<i32>::new(4096);
 /// Preloaded only: (database, namespace) rows counted in advlock_stats.
 pub static MAX_NAMESPACES: GucSetting<i32> = GucSetting::<i32>::new(256);
 
+/// Preloaded only: leases (held and being granted) in shared memory, for all databases.
+pub static MAX_LEASES: GucSetting<i32> = GucSetting::<i32>::new(1024);
+
 /// `preloading`: called from shared_preload_libraries, the only time capacity settings
 /// (postmaster context) may be defined.
 pub fn init(preloading: bool) {
@@ -55,6 +58,16 @@ pub fn init(preloading: bool) {
             &MAX_NAMESPACES,
             1,
             100_000,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
+        GucRegistry::define_int_guc(
+            c"advlock.max_leases",
+            c"Maximum number of leases (advlock_lease) held at once, in all databases.",
+            c"When every entry is in use, advlock_lease raises 53200 instead of granting.",
+            &MAX_LEASES,
+            1,
+            1_000_000,
             GucContext::Postmaster,
             GucFlags::default(),
         );

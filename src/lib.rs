@@ -13,6 +13,7 @@ mod holding;
 mod key_entry;
 mod key_set;
 mod keys;
+mod leases;
 mod lock_request;
 mod lockmgr;
 mod metrics;

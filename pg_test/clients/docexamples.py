@@ -59,7 +59,9 @@ CLAIMS = {
     "CREATE TABLE fenced_resource": "clients/test_readme_snippets.py::test_fenced_write_example_runs_as_written",
     "SELECT advlock_holding('leader', 'rollup', 'shared');": "clients/test_readme_snippets.py::test_holding_example_runs_as_written",
     "SELECT advlock_leak_count();          -- 0": "clients/test_readme_snippets.py::test_metrics_example_runs_as_written",
-    "-- 0: released": "clients/test_readme_snippets.py::test_failed_statement_rule_example_runs_as_written",
+    "CREATE FUNCTION fail_while_holding(k bigint)": "clients/test_doc_examples.py::test_single_session_examples",
+    # docs/failed-statement.md
+    "CREATE FUNCTION fail_if_holding(k bigint)": "clients/test_doc_examples.py::test_single_session_examples",
     # README: Monitoring walkthrough (three sessions)
     "-- Session 1, the worker that forgets to unlock": "clients/test_doc_examples.py::test_who_holds_this_lock_walkthrough",
     "-- Session 2, the API: waits (up to 10 s) for the lock": "clients/test_doc_examples.py::test_who_holds_this_lock_walkthrough",
@@ -140,7 +142,7 @@ class Statement:
 
 
 def statements(block_text: str):
-    out, buf, start = [], [], None
+    out, buf, start, in_body = [], [], None, False
     for n, raw in enumerate(block_text.split("\n"), 1):
         code, _, comment = raw.partition("--")
         if not buf and not code.strip():
@@ -148,7 +150,9 @@ def statements(block_text: str):
         if start is None:
             start = n
         buf.append(code.rstrip())
-        if code.rstrip().endswith(";"):
+        # A $$-quoted body (a function or DO block) may hold semicolons of its own.
+        in_body ^= code.count("$$") % 2 == 1
+        if code.rstrip().endswith(";") and not in_body:
             out.append(Statement("\n".join(buf), expected_value(comment), start))
             buf, start = [], None
     assert not buf, f"unterminated statement in block: {buf}"

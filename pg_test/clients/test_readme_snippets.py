@@ -201,22 +201,6 @@ def test_acquisition_examples_run_as_written(admin, tmp_path):
     assert lock_released(admin)
 
 
-def test_failed_statement_rule_example_runs_as_written(admin, tmp_path):
-    """The README's example of the failed-statement rule, in psql as written: the lock taken by the
-    failing statement is gone (0), the one whose statement completed survives ROLLBACK (1)."""
-    script = tmp_path / "rule.sql"
-    script.write_text(sql_block_containing("-- 0: released"))
-    os.chmod(tmp_path, 0o755)
-    os.chmod(script, 0o644)
-    psql = os.path.join(os.environ.get("PGBIN", "/usr/lib/postgresql/17/bin"), "psql")
-    out = subprocess.run([psql, "-X", "-q", "-tA", "-h", pgsupport.HOST, "-p", str(pgsupport.PORT),
-                          "-U", pgsupport.USER, "-d", pgsupport.DATABASE, "-f", str(script)],
-                         capture_output=True, text=True, timeout=60)
-    assert out.stdout.split() == ["0", "t", "1", "t"], out.stdout + out.stderr
-    assert [l for l in out.stderr.splitlines() if "ERROR:" in l] == \
-        [l for l in out.stderr.splitlines() if "division by zero" in l] and out.stderr.count("ERROR:") == 2, out.stderr
-
-
 def no_advisory_locks(admin):
     return admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
                          "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())").fetchone()[0] == 0

@@ -8,8 +8,19 @@ use pgrx::pg_sys;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::prelude::*;
 
-/// Name of the LWLock tranche (one lock, guarding the namespace table's layout).
+/// Name of the LWLock tranche: lock 0 guards the namespace table's layout (stats), lock 1 the
+/// lease table (leases).
 pub const TRANCHE: &core::ffi::CStr = c"advlock";
+const TRANCHE_LOCKS: i32 = 2;
+pub const LEASES_LOCK: usize = 1;
+
+/// One of the tranche's LWLocks.
+pub fn lwlock(index: usize) -> *mut pg_sys::LWLock {
+    debug_assert!(index < TRANCHE_LOCKS as usize);
+    // SAFETY: the tranche was requested with TRANCHE_LOCKS locks in shmem_request (this is only
+    // called where the preloaded segments exist); GetNamedLWLockTranche returns its array.
+    unsafe { &raw mut (*pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr()).add(index)).lock }
+}
 
 static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
 static mut PREV_SHMEM_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
@@ -55,7 +66,7 @@ unsafe extern "C-unwind" fn shmem_request() {
         for segment in SEGMENTS {
             pg_sys::RequestAddinShmemSpace((segment.size)());
         }
-        pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), 1);
+        pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), TRANCHE_LOCKS);
     }
 }
 

@@ -1,0 +1,554 @@
+//! Leases: locks owned by a token instead of a backend. `advlock_lease` takes one in any
+//! transaction on any connection and returns its id, which is also its fencing token (the same
+//! source as `advlock_try_with_token`); `advlock_lease_renew` and `advlock_lease_release` work
+//! from any connection of the same database, after the acquiring backend is gone too (a pooled
+//! connection, PgBouncer in transaction mode). A lease not renewed within its TTL ends, and the
+//! oldest waiter gets the key at that moment (it sleeps until the expiry, nobody polls).
+//!
+//! `slots => N` makes the key a counting semaphore: up to N leases at once, with one N per key
+//! (a different N while the key is in use is an error). Waiters are served first come, first
+//! served, across slots.
+//!
+//! Leases live in their own key space: a lease on key 42 does not conflict with
+//! `pg_advisory_lock(42)`. PostgreSQL's lock manager ties every lock to the process that holds it
+//! and cannot hand a held lock to another process, nor wait for "any one of N" locks, so leases
+//! are kept in advlock's shared memory (`preload::leases`) and need the library preloaded, like
+//! pg_stat_statements. A restart or crash ends every lease (tokens still never go back).
+//!
+//! Who may renew or release: the lease's role and its members (`has_privs_of_role`), as for
+//! `pg_cancel_backend`. A lease id alone does not let another role end it.
+use crate::errors::{invalid_argument, required, Report};
+use crate::fencing;
+use crate::lock_request::{timeout, Id, Target};
+use crate::lockmgr;
+use crate::preload::leases::{self as table, Grant, State};
+use crate::preload::shmem;
+use crate::server_text::{ServerText, ServerTextOut};
+use pgrx::pg_sys;
+use pgrx::pg_sys::errcodes::PgSqlErrorCode;
+use pgrx::prelude::*;
+use pgrx::PgTryBuilder;
+use std::cell::Cell;
+
+const LEASE: &str = "advlock_lease";
+const RENEW: &str = "advlock_lease_renew";
+const RELEASE: &str = "advlock_lease_release";
+
+fn ttl(value: Option<i32>, function: &str) -> i32 {
+    let ms = required(value, function, "ttl_ms");
+    if ms <= 0 {
+        invalid_argument(
+            format!("argument \"ttl_ms\" of {function} must be positive: {ms}"),
+            "A lease lasts ttl_ms milliseconds from its grant or last renewal; renew it well before that (e.g. every ttl_ms / 3).",
+        );
+    }
+    ms
+}
+
+fn slot_count(value: Option<i32>) -> u32 {
+    let n = required(value, LEASE, "slots");
+    if n < 1 {
+        invalid_argument(
+            format!("argument \"slots\" of {LEASE} must be at least 1: {n}"),
+            "slots => 1 (the default) is a lock; slots => N lets up to N leases hold the key at once.",
+        );
+    }
+    n as u32
+}
+
+fn database() -> u32 {
+    // SAFETY: MyDatabaseId is set once at backend start, before any SQL function runs.
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
+fn label_of(target: &Target) -> Vec<u8> {
+    match &target.label {
+        None => Vec::new(),
+        Some((ns, id)) => {
+            let mut label = ns.as_bytes().to_vec();
+            label.push(b':');
+            match id {
+                Id::Text(text) => label.extend_from_slice(text.as_bytes()),
+                Id::Int(n) => label.extend_from_slice(n.to_string().as_bytes()),
+            }
+            label
+        }
+    }
+}
+
+fn application_name() -> Vec<u8> {
+    // SAFETY: the application_name GUC's C string, NUL-terminated, valid while no SET runs.
+    unsafe {
+        let name = pg_sys::application_name;
+        if name.is_null() {
+            Vec::new()
+        } else {
+            core::ffi::CStr::from_ptr(name).to_bytes().to_vec()
+        }
+    }
+}
+
+thread_local! {
+    static EXIT_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A backend that exits (or is terminated) while waiting leaves no waiter entry behind.
+fn register_exit_callback() {
+    if !EXIT_CALLBACK.get() {
+        // SAFETY: registers a static callback once per backend; it runs in this process at exit.
+        unsafe { pg_sys::before_shmem_exit(Some(forget_me_at_exit), pg_sys::Datum::from(0)) };
+        EXIT_CALLBACK.set(true);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_me_at_exit(_code: i32, _arg: pg_sys::Datum) {
+    forget_me();
+}
+
+/// Gives up this backend's wait and any lease reserved for it but not confirmed, and lets the
+/// next waiters of those keys have them.
+fn forget_me() {
+    let pid = table::me().pid;
+    table::with_table(true, |t| {
+        let now = shmem::now();
+        for (database, key) in t.forget_backend(pid) {
+            t.settle(database, key, now);
+        }
+    });
+}
+
+fn lease(
+    target: Target,
+    ttl_ms: Option<i32>,
+    timeout_ms: Option<i32>,
+    slots: Option<i32>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<i64> {
+    let ttl_ms = ttl(ttl_ms, LEASE);
+    let timeout_ms = timeout(timeout_ms, LEASE);
+    let slots = slot_count(slots);
+    if !table::available() {
+        shmem::require_preload(LEASE);
+    }
+    lockmgr::prevent_in_parallel_mode();
+    fencing::tokens_possible(LEASE);
+    register_exit_callback();
+    let (database, key, me) = (database(), target.key, table::me());
+    let started = shmem::now();
+    let enqueued = table::with_table(true, |t| {
+        if let Some(in_use) = t.slots_in_use(database, key) {
+            if in_use != slots {
+                return Err(Refusal::Slots(in_use));
+            }
+        }
+        let Some(waiter) = t.enqueue(me, database, key, slots, started) else {
+            return Err(Refusal::Full);
+        };
+        if t.settle(database, key, started) && t.reservation(waiter).is_none() {
+            t.dequeue(waiter);
+            return Err(Refusal::Full);
+        }
+        Ok(waiter)
+    })
+    .expect("the lease table exists");
+    let waiter = match enqueued {
+        Ok(waiter) => waiter,
+        Err(refusal) => refusal.raise(&target, slots),
+    };
+    let deadline = started + i64::from(timeout_ms) * 1000;
+    let granted = PgTryBuilder::new(|| {
+        let Some(_) = wait_for_grant(waiter, database, key, deadline) else {
+            return None;
+        };
+        // SAFETY: fcinfo is this call's, with its FmgrInfo.
+        let function = unsafe { (*(*fcinfo).flinfo).fn_oid };
+        let id = fencing::next_token(function);
+        let (app, label) = (application_name(), label_of(&target));
+        // SAFETY: a backend-local global (the current user).
+        let role = unsafe { pg_sys::GetUserId() }.to_u32();
+        table::with_table(true, |t| {
+            t.confirm(
+                waiter,
+                Grant {
+                    id,
+                    role,
+                    ttl_ms,
+                    app: &app,
+                    label: &label,
+                },
+                shmem::now(),
+            )
+        });
+        Some(id)
+    })
+    .catch_others(|error| {
+        // A cancel, statement_timeout or a failed token draw: nothing of this call may stay
+        // queued or reserved. Then the error goes on as it came (no subtransaction is needed:
+        // only advlock's shared memory is touched here).
+        forget_me();
+        error.rethrow()
+    })
+    .execute();
+    granted
+}
+
+enum Refusal {
+    Slots(u32),
+    Full,
+}
+
+impl Refusal {
+    fn raise(self, target: &Target, slots: u32) -> ! {
+        match self {
+            Refusal::Slots(in_use) => Report::new(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!(
+                    "{LEASE} asked for {slots} slots on {}, which its current leases use with {in_use}",
+                    target.describe()
+                ),
+            )
+            .hint("Every lease of one key must use the same slots value.")
+            .raise(),
+            Refusal::Full => Report::new(
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                format!("{LEASE}: all {} lease entries are in use", crate::gucs::MAX_LEASES.get()),
+            )
+            .detail(format!("No lease on {} was taken.", target.describe()))
+            .hint("Release leases that are no longer needed, or raise advlock.max_leases (needs a restart).")
+            .raise(),
+        }
+    }
+}
+
+/// Sleeps on this backend's latch until `settle` reserves a lease for `waiter` (Some) or the
+/// deadline passes (None, and the waiter entry is gone). The key's oldest waiter also wakes at
+/// the next expiry of the key's leases, to settle it; the others are woken by whoever changes
+/// the key. A grant that races the deadline is kept: the reservation is checked last.
+fn wait_for_grant(waiter: usize, database: u32, key: i64, deadline: i64) -> Option<usize> {
+    loop {
+        // SAFETY: MyLatch is this backend's own latch; reset before checking, as WaitLatch wants.
+        unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
+        let now = shmem::now();
+        let (reserved, wake_at) = table::with_table(true, |t| {
+            t.settle(database, key, now);
+            let reserved = t.reservation(waiter);
+            if reserved.is_none() && now >= deadline {
+                t.dequeue(waiter);
+                t.count_timed_out();
+                t.settle(database, key, now);
+            }
+            let next_expiry = if t.is_head(waiter) {
+                t.next_expiry(database, key)
+            } else {
+                None
+            };
+            (reserved, next_expiry)
+        })
+        .expect("the lease table exists");
+        if reserved.is_some() {
+            return reserved;
+        }
+        if now >= deadline {
+            return None;
+        }
+        let until = wake_at.map_or(deadline, |expiry| expiry.min(deadline));
+        let ms = (until - now + 999) / 1000;
+        // SAFETY: waits on this backend's latch; WL_EXIT_ON_PM_DEATH ends the process if the
+        // postmaster dies. Interrupts (cancel, terminate, statement_timeout) are handled right
+        // after, raising through the caller's catch, which gives the wait up.
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                ms.clamp(1, i64::from(i32::MAX)) as _,
+                pg_sys::PG_WAIT_EXTENSION,
+            );
+        }
+        pg_sys::check_for_interrupts!();
+    }
+}
+
+/// The role of held lease `id` in this database, if there is one.
+fn owner_of(id: i64) -> Option<u32> {
+    table::with_table(false, |t| {
+        t.leases
+            .iter()
+            .find(|l| l.state == State::Held && l.database == database() && l.id == id)
+            .map(|l| l.role)
+    })
+    .flatten()
+}
+
+/// Renewing or releasing needs the lease's role or membership in it (checked outside the
+/// table's lock: role membership reads the catalog).
+fn check_may_manage(function: &str, verb: &str, id: i64, role: u32) {
+    // SAFETY: catalog lookups by OID, inside a transaction.
+    let (allowed, name) = unsafe {
+        let me = pg_sys::GetUserId();
+        let owner = pg_sys::Oid::from(role);
+        let allowed = pg_sys::has_privs_of_role(me, owner);
+        let name = pg_sys::GetUserNameFromId(owner, true);
+        let name = if name.is_null() {
+            format!("role {role}")
+        } else {
+            core::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        };
+        (allowed, name)
+    };
+    if !allowed {
+        Report::new(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!("permission denied to {verb} lease {id}"),
+        )
+        .detail(format!("The lease belongs to role \"{name}\"."))
+        .hint(format!(
+            "Call {function} as that role or as a member of it."
+        ))
+        .raise();
+    }
+}
+
+fn require_leases(function: &str) {
+    if !table::available() {
+        shmem::require_preload(function);
+    }
+}
+
+#[pg_extern(name = "advlock_lease_renew", volatile, parallel_unsafe)]
+fn lease_renew(lease: Option<i64>, ttl_ms: Option<i32>) -> bool {
+    let id = required(lease, RENEW, "lease");
+    let ttl_ms = ttl(ttl_ms, RENEW);
+    require_leases(RENEW);
+    let Some(role) = owner_of(id) else {
+        return false;
+    };
+    check_may_manage(RENEW, "renew", id, role);
+    let (app, me, database) = (application_name(), table::me(), database());
+    table::with_table(true, |t| {
+        let now = shmem::now();
+        let Some(l) = t.find(database, id) else {
+            return false;
+        };
+        let key = l.key;
+        if l.expires_at <= now {
+            // Too late: it ended at expires_at even if nobody noticed until now.
+            l.state = State::Free;
+            t.count_expired();
+            t.settle(database, key, now);
+            return false;
+        }
+        l.expires_at = now + i64::from(ttl_ms) * 1000;
+        l.ttl_ms = ttl_ms;
+        l.renewed_at = now;
+        l.pid = me.pid;
+        l.procno = me.procno;
+        l.app_len = table::copy_clipped(&mut l.app, &app);
+        t.count_renewed();
+        // A shorter TTL moves the next expiry earlier: the key's oldest waiter recomputes.
+        t.settle(database, key, now);
+        true
+    })
+    .unwrap_or(false)
+}
+
+#[pg_extern(name = "advlock_lease_release", volatile, parallel_unsafe)]
+fn lease_release(lease: Option<i64>) -> bool {
+    let id = required(lease, RELEASE, "lease");
+    require_leases(RELEASE);
+    let Some(role) = owner_of(id) else {
+        return false;
+    };
+    check_may_manage(RELEASE, "release", id, role);
+    let database = database();
+    table::with_table(true, |t| {
+        let now = shmem::now();
+        let Some(l) = t.find(database, id) else {
+            return false;
+        };
+        let key = l.key;
+        let expired = l.expires_at <= now;
+        l.state = State::Free;
+        if expired {
+            t.count_expired();
+        } else {
+            t.count_released();
+        }
+        t.settle(database, key, now);
+        !expired
+    })
+    .unwrap_or(false)
+}
+
+#[pg_extern(name = "advlock_lease", volatile, parallel_unsafe)]
+fn lease_key(
+    key: Option<i64>,
+    ttl_ms: Option<i32>,
+    timeout_ms: Option<i32>,
+    slots: default!(Option<i32>, 1),
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<i64> {
+    lease(
+        Target::from_key(key, LEASE),
+        ttl_ms,
+        timeout_ms,
+        slots,
+        fcinfo,
+    )
+}
+
+#[pg_extern(name = "advlock_lease", volatile, parallel_unsafe)]
+fn lease_text(
+    ns: Option<ServerText>,
+    id: Option<ServerText>,
+    ttl_ms: Option<i32>,
+    timeout_ms: Option<i32>,
+    slots: default!(Option<i32>, 1),
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<i64> {
+    lease(
+        Target::from_text(ns, id, LEASE),
+        ttl_ms,
+        timeout_ms,
+        slots,
+        fcinfo,
+    )
+}
+
+#[pg_extern(name = "advlock_lease", volatile, parallel_unsafe)]
+fn lease_int(
+    ns: Option<ServerText>,
+    id: Option<i64>,
+    ttl_ms: Option<i32>,
+    timeout_ms: Option<i32>,
+    slots: default!(Option<i32>, 1),
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<i64> {
+    lease(
+        Target::from_int(ns, id, LEASE),
+        ttl_ms,
+        timeout_ms,
+        slots,
+        fcinfo,
+    )
+}
+
+/// The leases of the current database, held and awaited: the feed of the `advlock_leases` view.
+/// No rows without preload.
+#[pg_extern(volatile, parallel_restricted)]
+#[allow(clippy::type_complexity)]
+fn advlock_lease_entries() -> TableIterator<
+    'static,
+    (
+        name!(key, i64),
+        name!(label, Option<ServerTextOut>),
+        name!(slots, i32),
+        name!(lease, Option<i64>),
+        name!(granted, bool),
+        name!(role, Option<pg_sys::Oid>),
+        name!(pid, i32),
+        name!(application_name, Option<ServerTextOut>),
+        name!(granted_at, Option<TimestampWithTimeZone>),
+        name!(renewed_at, Option<TimestampWithTimeZone>),
+        name!(expires_at, Option<TimestampWithTimeZone>),
+        name!(waiting_since, Option<TimestampWithTimeZone>),
+    ),
+> {
+    let database = database();
+    let now = shmem::now();
+    let rows = table::with_table(false, |t| {
+        let mut rows = Vec::new();
+        for l in t.leases.iter() {
+            // An expired lease is over even before someone frees its entry.
+            if l.state != State::Held || l.database != database || l.expires_at <= now {
+                continue;
+            }
+            let text = |bytes: &[u8]| (!bytes.is_empty()).then(|| ServerTextOut(bytes.to_vec()));
+            rows.push((
+                l.key,
+                text(&l.label[..l.label_len as usize]),
+                l.slots as i32,
+                Some(l.id),
+                true,
+                Some(pg_sys::Oid::from(l.role)),
+                l.pid,
+                text(&l.app[..l.app_len as usize]),
+                shmem::timestamptz(l.granted_at),
+                shmem::timestamptz(l.renewed_at),
+                shmem::timestamptz(l.expires_at),
+                None,
+            ));
+        }
+        for w in t.waiters.iter() {
+            if w.pid == 0 || w.database != database {
+                continue;
+            }
+            rows.push((
+                w.key,
+                None,
+                w.slots as i32,
+                None,
+                false,
+                None,
+                w.pid,
+                None,
+                None,
+                None,
+                None,
+                shmem::timestamptz(w.since),
+            ));
+        }
+        rows
+    })
+    .unwrap_or_default();
+    TableIterator::new(rows)
+}
+
+/// Totals of the lease table since the server started (all databases), and its use now.
+#[pg_extern(volatile, parallel_restricted)]
+#[allow(clippy::type_complexity)]
+fn advlock_lease_stats() -> TableIterator<
+    'static,
+    (
+        name!(capacity, i64),
+        name!(held, i64),
+        name!(waiting, i64),
+        name!(granted, i64),
+        name!(released, i64),
+        name!(expired, i64),
+        name!(renewed, i64),
+        name!(timed_out, i64),
+    ),
+> {
+    require_leases("advlock_lease_stats");
+    let now = shmem::now();
+    let row = table::with_table(false, |t| {
+        let held = t
+            .leases
+            .iter()
+            .filter(|l| l.state == State::Held && l.expires_at > now)
+            .count() as i64;
+        let waiting = t.waiters.iter().filter(|w| w.pid != 0).count() as i64;
+        let c = t.counters();
+        (
+            t.leases.len() as i64,
+            held,
+            waiting,
+            c.granted as i64,
+            c.released as i64,
+            c.expired as i64,
+            c.renewed as i64,
+            c.timed_out as i64,
+        )
+    })
+    .expect("the lease table exists");
+    TableIterator::once(row)
+}
+
+pgrx::extension_sql_file!(
+    "../sql/leases.sql",
+    name = "leases",
+    requires = [advlock_lease_entries, advlock_lease_stats]
+);

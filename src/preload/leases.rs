@@ -1,0 +1,473 @@
+//! The shared table of leases and of the backends waiting for one (see `crate::leases` for the
+//! SQL API and the rules).
+//!
+//! Locking: one LWLock (`shmem::lwlock(shmem::LEASES_LOCK)`) guards everything here, taken
+//! exclusively to change anything and shared to read for the view. Nothing under it waits, raises
+//! or allocates: each operation is a bounded scan of two fixed arrays, sized at server start by
+//! `advlock.max_leases` and `MaxBackends` (one waiter entry per backend: a backend waits for at
+//! most one lease at a time). That is also why this is not pgrx's `PgLwLock<T>`/`pg_shmem_init!`:
+//! those hold a type whose size is known at compile time, and these arrays are sized by settings.
+//!
+//! Grants: `settle` is the only place a lease is granted. It runs whenever a key's holders or
+//! waiters may have changed (a wait begins or ends, a lease is released, renewed too late or
+//! found expired), frees expired leases of the key, and reserves free slots for the key's oldest
+//! waiters (by ticket: first come, first served, so a waiter for one slot is never overtaken),
+//! setting each one's latch. A reserved (PENDING) lease is owned by its waiter, which draws the
+//! token outside the lock and confirms it (`confirm`); it cannot expire before that, so for a key
+//! with one slot each grant starts after the previous lease ended, after that lease's token was
+//! drawn: tokens of successive holders grow.
+use crate::preload::shmem;
+use pgrx::pg_sys;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+pub const APP_NAME_BYTES: usize = 64;
+pub const LABEL_BYTES: usize = 128;
+const NONE: i32 = -1;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub enum State {
+    Free = 0,
+    /// Reserved by `settle` for a waiter, which has not drawn its token yet.
+    Pending = 1,
+    Held = 2,
+}
+
+#[repr(C)]
+struct Header {
+    lease_capacity: u32,
+    waiter_capacity: u32,
+    next_ticket: u64,
+    counters: Counters,
+}
+
+/// Totals since the server started, for `advlock_lease_stats`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct Counters {
+    pub granted: u64,
+    pub released: u64,
+    pub expired: u64,
+    pub renewed: u64,
+    pub timed_out: u64,
+}
+
+#[repr(C)]
+pub struct Lease {
+    pub state: State,
+    pub database: u32,
+    pub key: i64,
+    pub slots: u32,
+    /// The lease id and fencing token; 0 while pending.
+    pub id: i64,
+    pub role: u32,
+    pub ttl_ms: i32,
+    pub granted_at: i64,
+    pub expires_at: i64,
+    pub renewed_at: i64,
+    /// The backend that took or last renewed it (for a pending lease: its waiter).
+    pub pid: i32,
+    pub procno: i32,
+    pub app_len: u32,
+    pub app: [u8; APP_NAME_BYTES],
+    pub label_len: u32,
+    pub label: [u8; LABEL_BYTES],
+}
+
+#[repr(C)]
+pub struct Waiter {
+    /// 0 when the entry is free.
+    pub pid: i32,
+    pub procno: i32,
+    pub database: u32,
+    pub key: i64,
+    pub slots: u32,
+    pub ticket: u64,
+    pub since: i64,
+    /// Index of the lease `settle` reserved for it, or NONE.
+    pub reserved: i32,
+}
+
+static TABLE: AtomicPtr<Header> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The shared memory of this feature, for `shmem::install_hooks`.
+pub const SEGMENT: shmem::Segment = shmem::Segment {
+    size: shmem_size,
+    attach: shmem_attach,
+};
+
+fn capacities() -> (usize, usize) {
+    let leases = crate::gucs::MAX_LEASES.get().max(1) as usize;
+    // SAFETY: MaxBackends is computed before shared memory is requested (PostgreSQL 15+).
+    let backends = unsafe { pg_sys::MaxBackends }.max(1) as usize;
+    (leases, backends)
+}
+
+fn shmem_size() -> usize {
+    let (leases, waiters) = capacities();
+    size_of::<Header>() + leases * size_of::<Lease>() + waiters * size_of::<Waiter>()
+}
+
+/// # Safety
+/// Only from `shmem::shmem_startup`, under AddinShmemInitLock.
+unsafe fn shmem_attach() {
+    let (leases, waiters) = capacities();
+    // SAFETY: the size was requested in shmem_request; ShmemInitStruct's result is MAXALIGNed,
+    // enough for every field here (align <= 8), and Lease/Waiter sizes are multiples of 8.
+    unsafe {
+        let (ptr, found) = shmem::init_struct(c"advlock leases", shmem_size());
+        let header = ptr.cast::<Header>();
+        if !found {
+            // Zero is a valid empty table: every State is Free (0), and `reserved` is set
+            // whenever a waiter entry is claimed.
+            core::ptr::write_bytes(ptr, 0, shmem_size());
+            (*header).lease_capacity = leases as u32;
+            (*header).waiter_capacity = waiters as u32;
+        }
+        TABLE.store(header, Ordering::Release);
+    }
+}
+
+/// The table, with the lock held for as long as it lives.
+pub struct Table {
+    header: *mut Header,
+    pub leases: &'static mut [Lease],
+    pub waiters: &'static mut [Waiter],
+    exclusive: bool,
+}
+
+/// Whether the table exists (advlock is preloaded).
+pub fn available() -> bool {
+    !TABLE.load(Ordering::Acquire).is_null()
+}
+
+/// Runs `f` with the table locked (exclusively, or shared for reading). None when not preloaded.
+pub fn with_table<R>(exclusive: bool, f: impl FnOnce(&mut Table) -> R) -> Option<R> {
+    let header = TABLE.load(Ordering::Acquire);
+    if header.is_null() {
+        return None;
+    }
+    let lock = shmem::lwlock(shmem::LEASES_LOCK);
+    let mode = if exclusive {
+        pg_sys::LWLockMode::LW_EXCLUSIVE
+    } else {
+        pg_sys::LWLockMode::LW_SHARED
+    };
+    // SAFETY: the header was attached in shmem_attach and lives as long as the process; the
+    // arrays follow it with the capacities it records. The LWLock serialises every access: the
+    // slices are handed out only while it is held (shared: read only, by contract of `f`).
+    // LWLockAcquire holds off interrupts until LWLockRelease, and an ERROR inside `f` (none is
+    // raised here) would release it in AbortTransaction.
+    unsafe {
+        pg_sys::LWLockAcquire(lock, mode);
+        let leases_ptr = header.cast::<u8>().add(size_of::<Header>()).cast::<Lease>();
+        let leases = core::slice::from_raw_parts_mut(leases_ptr, (*header).lease_capacity as usize);
+        let waiters_ptr = leases_ptr.add(leases.len()).cast::<Waiter>();
+        let waiters =
+            core::slice::from_raw_parts_mut(waiters_ptr, (*header).waiter_capacity as usize);
+        let mut table = Table {
+            header,
+            leases,
+            waiters,
+            exclusive,
+        };
+        let result = f(&mut table);
+        pg_sys::LWLockRelease(lock);
+        Some(result)
+    }
+}
+
+impl Table {
+    pub fn counters(&self) -> Counters {
+        // SAFETY: the header is valid while the lock is held.
+        unsafe { (*self.header).counters }
+    }
+
+    fn counters_mut(&mut self) -> &mut Counters {
+        debug_assert!(self.exclusive);
+        // SAFETY: the header is valid and exclusively locked.
+        unsafe { &mut (*self.header).counters }
+    }
+
+    /// Claims a waiter entry for this backend, with the next ticket. None when all are in use
+    /// (cannot happen: one entry per backend, and a backend waits for one lease at a time).
+    pub fn enqueue(
+        &mut self,
+        me: Me,
+        database: u32,
+        key: i64,
+        slots: u32,
+        now: i64,
+    ) -> Option<usize> {
+        let at = self.waiters.iter().position(|w| w.pid == 0)?;
+        // SAFETY: the header is valid and exclusively locked.
+        let ticket = unsafe {
+            (*self.header).next_ticket += 1;
+            (*self.header).next_ticket
+        };
+        self.waiters[at] = Waiter {
+            pid: me.pid,
+            procno: me.procno,
+            database,
+            key,
+            slots,
+            ticket,
+            since: now,
+            reserved: NONE,
+        };
+        Some(at)
+    }
+
+    /// Frees a waiter entry; a lease reserved for it but not confirmed is freed too.
+    pub fn dequeue(&mut self, waiter: usize) {
+        let reserved = self.waiters[waiter].reserved;
+        if reserved != NONE && self.leases[reserved as usize].state == State::Pending {
+            self.leases[reserved as usize].state = State::Free;
+        }
+        self.waiters[waiter].pid = 0;
+        self.waiters[waiter].reserved = NONE;
+    }
+
+    /// The slot count the key's current leases and waiters use, if any.
+    pub fn slots_in_use(&self, database: u32, key: i64) -> Option<u32> {
+        self.leases
+            .iter()
+            .find(|l| l.state != State::Free && l.database == database && l.key == key)
+            .map(|l| l.slots)
+            .or_else(|| {
+                self.waiters
+                    .iter()
+                    .find(|w| w.pid != 0 && w.database == database && w.key == key)
+                    .map(|w| w.slots)
+            })
+    }
+
+    /// The earliest expiry among the key's held leases.
+    pub fn next_expiry(&self, database: u32, key: i64) -> Option<i64> {
+        self.leases
+            .iter()
+            .filter(|l| l.state == State::Held && l.database == database && l.key == key)
+            .map(|l| l.expires_at)
+            .min()
+    }
+
+    /// Grants what can be granted on `key` (see the module comment). Returns whether a free
+    /// slot of the key could not be reserved because the lease table is full.
+    pub fn settle(&mut self, database: u32, key: i64, now: i64) -> bool {
+        for i in 0..self.leases.len() {
+            let l = &mut self.leases[i];
+            if l.database != database || l.key != key {
+                continue;
+            }
+            match l.state {
+                State::Held if l.expires_at <= now => {
+                    l.state = State::Free;
+                    self.counters_mut().expired += 1;
+                }
+                // A waiter that vanished without its exit callback (defensive).
+                State::Pending if !shmem::backend_alive(l.procno, l.pid) => l.state = State::Free,
+                _ => {}
+            }
+        }
+        for w in self.waiters.iter_mut() {
+            if w.pid != 0 && !shmem::backend_alive(w.procno, w.pid) {
+                w.pid = 0;
+                w.reserved = NONE;
+            }
+        }
+        let mut live = self
+            .leases
+            .iter()
+            .filter(|l| l.state != State::Free && l.database == database && l.key == key)
+            .count() as u32;
+        let Some(slots) = self.slots_in_use(database, key) else {
+            return false;
+        };
+        while live < slots {
+            let Some(next) = self
+                .waiters
+                .iter()
+                .enumerate()
+                .filter(|(_, w)| {
+                    w.pid != 0 && w.database == database && w.key == key && w.reserved == NONE
+                })
+                .min_by_key(|(_, w)| w.ticket)
+                .map(|(i, _)| i)
+            else {
+                break;
+            };
+            let Some(free) = self.leases.iter().position(|l| l.state == State::Free) else {
+                return true;
+            };
+            let w = &mut self.waiters[next];
+            w.reserved = free as i32;
+            self.leases[free] = Lease {
+                state: State::Pending,
+                database,
+                key,
+                slots,
+                id: 0,
+                role: 0,
+                ttl_ms: 0,
+                granted_at: 0,
+                expires_at: 0,
+                renewed_at: 0,
+                pid: w.pid,
+                procno: w.procno,
+                app_len: 0,
+                app: [0; APP_NAME_BYTES],
+                label_len: 0,
+                label: [0; LABEL_BYTES],
+            };
+            set_latch_of(w.procno);
+            live += 1;
+        }
+        // The oldest waiter still without a slot sleeps until the next expiry: tell it when the
+        // holders changed, so it can recompute.
+        if let Some(head) = self
+            .waiters
+            .iter()
+            .filter(|w| w.pid != 0 && w.database == database && w.key == key && w.reserved == NONE)
+            .min_by_key(|w| w.ticket)
+        {
+            set_latch_of(head.procno);
+        }
+        false
+    }
+
+    /// The lease reserved for `waiter`, if `settle` gave it one.
+    pub fn reservation(&self, waiter: usize) -> Option<usize> {
+        let r = self.waiters[waiter].reserved;
+        (r != NONE).then_some(r as usize)
+    }
+
+    /// Whether `waiter` is the key's oldest waiter without a slot (it watches the next expiry).
+    pub fn is_head(&self, waiter: usize) -> bool {
+        let me = &self.waiters[waiter];
+        !self.waiters.iter().any(|w| {
+            w.pid != 0
+                && w.database == me.database
+                && w.key == me.key
+                && w.reserved == NONE
+                && w.ticket < me.ticket
+        })
+    }
+
+    /// Turns the reservation of `waiter` into a held lease with its token.
+    pub fn confirm(&mut self, waiter: usize, grant: Grant, now: i64) {
+        let index = self.waiters[waiter].reserved as usize;
+        self.dequeue_keeping(waiter);
+        let l = &mut self.leases[index];
+        l.state = State::Held;
+        l.id = grant.id;
+        l.role = grant.role;
+        l.ttl_ms = grant.ttl_ms;
+        l.granted_at = now;
+        l.renewed_at = now;
+        l.expires_at = now + i64::from(grant.ttl_ms) * 1000;
+        l.app_len = copy_clipped(&mut l.app, grant.app);
+        l.label_len = copy_clipped(&mut l.label, grant.label);
+        self.counters_mut().granted += 1;
+    }
+
+    fn dequeue_keeping(&mut self, waiter: usize) {
+        self.waiters[waiter].pid = 0;
+        self.waiters[waiter].reserved = NONE;
+    }
+
+    /// The held lease `id` of `database`.
+    pub fn find(&mut self, database: u32, id: i64) -> Option<&mut Lease> {
+        self.leases
+            .iter_mut()
+            .find(|l| l.state == State::Held && l.database == database && l.id == id)
+    }
+
+    pub fn count_released(&mut self) {
+        self.counters_mut().released += 1;
+    }
+
+    pub fn count_renewed(&mut self) {
+        self.counters_mut().renewed += 1;
+    }
+
+    pub fn count_timed_out(&mut self) {
+        self.counters_mut().timed_out += 1;
+    }
+
+    pub fn count_expired(&mut self) {
+        self.counters_mut().expired += 1;
+    }
+
+    /// Everything of this backend, at exit or after an error: its waiter entry and any lease
+    /// reserved for it and not yet confirmed. Returns the keys to settle.
+    pub fn forget_backend(&mut self, pid: i32) -> Vec<(u32, i64)> {
+        let mut keys = Vec::new();
+        for i in 0..self.waiters.len() {
+            if self.waiters[i].pid == pid {
+                keys.push((self.waiters[i].database, self.waiters[i].key));
+                self.dequeue(i);
+            }
+        }
+        for l in self.leases.iter_mut() {
+            if l.state == State::Pending && l.pid == pid {
+                keys.push((l.database, l.key));
+                l.state = State::Free;
+            }
+        }
+        keys
+    }
+}
+
+/// What the granted backend writes into its lease.
+pub struct Grant<'a> {
+    pub id: i64,
+    pub role: u32,
+    pub ttl_ms: i32,
+    pub app: &'a [u8],
+    pub label: &'a [u8],
+}
+
+/// This backend, as the table records it.
+#[derive(Clone, Copy)]
+pub struct Me {
+    pub pid: i32,
+    pub procno: i32,
+}
+
+pub fn me() -> Me {
+    Me {
+        // SAFETY: a backend-local global set at backend start.
+        pid: unsafe { pg_sys::MyProcPid },
+        procno: shmem::my_proc_number(),
+    }
+}
+
+/// Copies at most `dst.len()` bytes, cut at a UTF-8 character boundary.
+pub fn copy_clipped(dst: &mut [u8], src: &[u8]) -> u32 {
+    let mut n = src.len().min(dst.len());
+    while n > 0 && n < src.len() && (src[n] & 0xC0) == 0x80 {
+        n -= 1;
+    }
+    dst[..n].copy_from_slice(&src[..n]);
+    n as u32
+}
+
+/// Wakes a backend sleeping on its latch (a waiter whose lease was reserved or whose key changed).
+/// Never this backend's own latch: it is the one checking, and a set latch would turn its next
+/// WaitLatch into a busy loop.
+fn set_latch_of(procno: i32) {
+    if procno == shmem::my_proc_number() {
+        return;
+    }
+    // SAFETY: ProcGlobal->allProcs is fixed for the life of shared memory and procno indexes
+    // it (checked); SetLatch on another process's latch is how the lock manager wakes waiters,
+    // and is allowed while holding an LWLock.
+    unsafe {
+        let global = pg_sys::ProcGlobal;
+        if global.is_null() || procno < 0 || procno as u32 >= (*global).allProcCount {
+            return;
+        }
+        let proc_ = (*global).allProcs.add(procno as usize);
+        pg_sys::SetLatch(&raw mut (*proc_).procLatch);
+    }
+}
