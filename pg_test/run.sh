@@ -8,9 +8,10 @@
 #   pg_test/reliability/test_*.py                    (pytest, faults, load, standby, security)
 #   pg_test/upgrade/test_*.py                        (pytest, ALTER EXTENSION UPDATE from released versions)
 #   pg_test/monitoring/test_*.py                     (pytest, promtool + a real postgres_exporter)
+#   pg_test/leases/test_*.py                         (pytest, leases between real sessions, PgBouncer)
 # Adding a test is dropping in a file. Writes "suite passed failed" lines to $ADVLOCK_SUMMARY.
 #
-# Usage: pg_test/run.sh [regress|isolation|clients|reliability|upgrade|monitoring ...]   (default: all)
+# Usage: pg_test/run.sh [regress|isolation|clients|reliability|upgrade|monitoring|leases ...]   (default: all)
 # ADVLOCK_ONLY: run only these tests of the named suite(s), space separated: pg_regress file or
 #   spec names (ADVLOCK_ONLY=keys pg_test/run.sh regress), or pytest paths / node ids relative
 #   to the suite's directory (ADVLOCK_ONLY=test_pools.py pg_test/run.sh clients).
@@ -20,7 +21,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 . "$here/instance.sh"
 
-suites=("$@"); [ ${#suites[@]} -gt 0 ] || suites=(regress isolation clients reliability upgrade monitoring)
+suites=("$@"); [ ${#suites[@]} -gt 0 ] || suites=(regress isolation clients reliability upgrade monitoring leases)
 port=${ADVLOCK_TEST_PORT:-5418}
 summary=${ADVLOCK_SUMMARY:-/dev/null}
 work=$(mktemp -d /tmp/advlock-pg_test.XXXXXX)
@@ -119,7 +120,7 @@ for suite in "${suites[@]}"; do
       done
       specs=("${runnable[@]}")
       run_regress_like isolation "$PGXS_TEST/isolation/pg_isolation_regress" "$here/isolation" "${specs[@]}" ;;
-    clients|reliability|upgrade|monitoring)
+    clients|reliability|upgrade|monitoring|leases)
       run_pytest "$suite" ;;
     *) echo "pg_test: unknown suite $suite"; status=1 ;;
   esac

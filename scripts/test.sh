@@ -3,7 +3,7 @@
 #   1. cargo pgrx test pg17          in-database #[pg_test]s and Rust unit tests
 #      (preloaded, then again with ADVLOCK_PGRX_PRELOAD=off)
 #   2. pg_test/run.sh                pg_regress, pg_isolation_regress, real clients + PgBouncer;
-#      regress + isolation again with shared_preload_libraries = 'advlock', and regress once
+#      regress + isolation + leases again with shared_preload_libraries = 'advlock', and regress once
 #      more with tiny label/namespace capacities (full tables); the monitoring suite (promtool,
 #      a real postgres_exporter) runs plain with the others, then again preloaded
 #   3. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
@@ -70,7 +70,7 @@ if cargo pgrx install --pg-config "$PG_CONFIG" >"$log" 2>&1; then
   presummary=$(mktemp /tmp/advlock-summary-preload.XXXXXX)
   section "pg_test suites, preloaded"
   ADVLOCK_SUMMARY=$presummary ADVLOCK_TEST_CONF="shared_preload_libraries = 'advlock'" \
-    "$repo/pg_test/run.sh" regress isolation || status=1
+    "$repo/pg_test/run.sh" regress isolation leases || status=1
   sed 's/^/preload-/' "$presummary" >>"$summary"; : >"$presummary"
   section "pg_test regress, preloaded with tiny capacities (full tables)"
   ADVLOCK_SUMMARY=$presummary ADVLOCK_TEST_CONF=$'shared_preload_libraries = \'advlock\'\nadvlock.max_labels = 2\nadvlock.max_namespaces = 2' \
