@@ -21,7 +21,7 @@ use crate::errors::{invalid_argument, required, Report};
 use crate::fencing;
 use crate::lock_request::{timeout, Id, Target};
 use crate::lockmgr;
-use crate::preload::leases::{self as table, Grant, State};
+use crate::preload::leases::{self as table, Ended, Grant, State};
 use crate::preload::shmem;
 use crate::server_text::{ServerText, ServerTextOut};
 use pgrx::pg_sys;
@@ -54,11 +54,6 @@ fn slot_count(value: Option<i32>) -> u32 {
         );
     }
     n as u32
-}
-
-fn database() -> u32 {
-    // SAFETY: MyDatabaseId is set once at backend start, before any SQL function runs.
-    unsafe { pg_sys::MyDatabaseId }.to_u32()
 }
 
 fn label_of(target: &Target) -> Vec<u8> {
@@ -134,7 +129,7 @@ fn lease(
     lockmgr::prevent_in_parallel_mode();
     fencing::tokens_possible(LEASE);
     register_exit_callback();
-    let (database, key, me) = (database(), target.key, table::me());
+    let (database, key, me) = (lockmgr::my_database(), target.key, table::me());
     let started = shmem::now();
     let enqueued = table::with_table(true, |t| {
         if let Some(in_use) = t.slots_in_use(database, key) {
@@ -180,6 +175,7 @@ fn lease(
                 shmem::now(),
             )
         });
+        crate::provisional::lease_taken(id);
         Some(id)
     })
     .catch_others(|error| {
@@ -274,7 +270,7 @@ fn owner_of(id: i64) -> Option<u32> {
     table::with_table(false, |t| {
         t.leases
             .iter()
-            .find(|l| l.state == State::Held && l.database == database() && l.id == id)
+            .find(|l| l.state == State::Held && l.database == lockmgr::my_database() && l.id == id)
             .map(|l| l.role)
     })
     .flatten()
@@ -326,7 +322,7 @@ fn lease_renew(lease: Option<i64>, ttl_ms: Option<i32>) -> bool {
         return false;
     };
     check_may_manage(RENEW, "renew", id, role);
-    let (app, me, database) = (application_name(), table::me(), database());
+    let (app, me, database) = (application_name(), table::me(), lockmgr::my_database());
     table::with_table(true, |t| {
         let now = shmem::now();
         let Some(l) = t.find(database, id) else {
@@ -338,6 +334,7 @@ fn lease_renew(lease: Option<i64>, ttl_ms: Option<i32>) -> bool {
             l.state = State::Free;
             t.count_expired();
             t.settle(database, key, now);
+            crate::provisional::lease_ended(id);
             return false;
         }
         l.expires_at = now + i64::from(ttl_ms) * 1000;
@@ -362,24 +359,9 @@ fn lease_release(lease: Option<i64>) -> bool {
         return false;
     };
     check_may_manage(RELEASE, "release", id, role);
-    let database = database();
-    table::with_table(true, |t| {
-        let now = shmem::now();
-        let Some(l) = t.find(database, id) else {
-            return false;
-        };
-        let key = l.key;
-        let expired = l.expires_at <= now;
-        l.state = State::Free;
-        if expired {
-            t.count_expired();
-        } else {
-            t.count_released();
-        }
-        t.settle(database, key, now);
-        !expired
-    })
-    .unwrap_or(false)
+    let ended = table::end(lockmgr::my_database(), id);
+    crate::provisional::lease_ended(id);
+    ended == Ended::Released
 }
 
 #[pg_extern(name = "advlock_lease", volatile, parallel_unsafe)]
@@ -456,7 +438,7 @@ fn advlock_lease_entries() -> TableIterator<
         name!(waiting_since, Option<TimestampWithTimeZone>),
     ),
 > {
-    let database = database();
+    let database = lockmgr::my_database();
     let now = shmem::now();
     let rows = table::with_table(false, |t| {
         let mut rows = Vec::new();

@@ -11,11 +11,16 @@ use pgrx::pg_sys::panic::CaughtError;
 use pgrx::PgTryBuilder;
 use std::cell::Cell;
 
+/// The current database's OID.
+pub fn my_database() -> u32 {
+    // SAFETY: MyDatabaseId is set once at backend start, before any SQL function runs.
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
 /// `LOCKTAG` for an int8 advisory key in the current database.
 fn advisory_tag(key: i64) -> pg_sys::LOCKTAG {
     pg_sys::LOCKTAG {
-        // SAFETY: MyDatabaseId is set once at backend start, before any SQL function runs.
-        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field1: my_database(),
         locktag_field2: ((key as u64) >> 32) as u32,
         locktag_field3: key as u32,
         locktag_field4: 1,

@@ -20,6 +20,9 @@
 //! exception block, a savepoint of PL code) releases the holds taken inside the subtransaction
 //! it rolls back. Holds of completed statements are the client's: ROLLBACK never touches them.
 //!
+//! Leases (`advlock_lease`) follow the same rule: one granted by a statement that then fails is
+//! ended with it, since the client never saw its id and could neither renew nor release it.
+//!
 //! Statement end is not observed directly; what is observed is how each abort happens
 //! (`lockmgr::outside_client_statement`, `lockmgr::explicit_rollback_in_progress`). At an
 //! abort by an error that reached the top level, the holds of the running client statement are
@@ -27,7 +30,7 @@
 //! at such an abort, or at a commit outside any message (an extended-protocol Sync).
 use crate::lock_request::Mode;
 use crate::lockmgr;
-use crate::preload::labels;
+use crate::preload::{labels, leases};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
@@ -59,9 +62,17 @@ impl Statement {
     }
 }
 
+/// What a statement took that outlives its transaction.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// One session-level hold of an advisory lock.
+    Session { key: i64, mode: Mode },
+    /// A lease (`advlock_lease`), by id, in this database.
+    Lease { id: i64 },
+}
+
 struct Provisional {
-    key: i64,
-    mode: Mode,
+    hold: Hold,
     subxact: pg_sys::SubTransactionId,
     statement: Statement,
 }
@@ -73,6 +84,17 @@ thread_local! {
 
 /// After an advlock call took one session hold of (key, mode).
 pub fn taken(key: i64, mode: Mode) {
+    record(Hold::Session { key, mode });
+}
+
+/// After `advlock_lease` granted lease `id`: a statement that fails after the grant never
+/// returned the id, so nobody could renew or release it; it ends with the statement instead of
+/// at its TTL.
+pub fn lease_taken(id: i64) {
+    record(Hold::Lease { id });
+}
+
+fn record(hold: Hold) {
     if !REGISTERED.get() {
         lockmgr::register_transaction_callbacks(Some(on_xact_event), Some(on_subxact_event));
         REGISTERED.set(true);
@@ -86,8 +108,7 @@ pub fn taken(key: i64, mode: Mode) {
             pending.retain(|p| p.statement.is_running());
         }
         pending.push(Provisional {
-            key,
-            mode,
+            hold,
             subxact: lockmgr::current_subtransaction(),
             statement,
         });
@@ -97,10 +118,19 @@ pub fn taken(key: i64, mode: Mode) {
 /// After `advlock_unlock` released one session hold: if the running statement took one of
 /// (key, mode), that is the hold it gave back, and there is nothing left to undo for it.
 pub fn released(key: i64, mode: Mode) {
+    forget(Hold::Session { key, mode });
+}
+
+/// After lease `id` ended (released, or found expired): nothing left to undo for it.
+pub fn lease_ended(id: i64) {
+    forget(Hold::Lease { id });
+}
+
+fn forget(hold: Hold) {
     PENDING.with_borrow_mut(|pending| {
         if let Some(at) = pending
             .iter()
-            .rposition(|p| p.key == key && p.mode == mode && p.statement.is_running())
+            .rposition(|p| p.hold == hold && p.statement.is_running())
         {
             pending.remove(at);
         }
@@ -109,22 +139,30 @@ pub fn released(key: i64, mode: Mode) {
 
 /// Releases the holds the running statement took, in `subxact` or (None) anywhere.
 fn undo_failed_statement(subxact: Option<pg_sys::SubTransactionId>) {
-    let failed: Vec<(i64, Mode)> = PENDING.with_borrow_mut(|pending| {
+    let failed: Vec<Hold> = PENDING.with_borrow_mut(|pending| {
         let mut failed = Vec::new();
         pending.retain(|p| {
             let undo = p.statement.is_running() && subxact.is_none_or(|s| p.subxact == s);
             if undo {
-                failed.push((p.key, p.mode));
+                failed.push(p.hold);
             }
             !undo
         });
         failed
     });
-    for (key, mode) in failed {
-        // Not held any more only if something released it behind advlock's back (e.g.
-        // pg_advisory_unlock in the same statement); then there is nothing to undo.
-        if lockmgr::held_by_me(key, mode) && lockmgr::release_session(key, mode) {
-            labels::released_session(key, mode);
+    for hold in failed {
+        match hold {
+            // Not held any more only if something released it behind advlock's back (e.g.
+            // pg_advisory_unlock in the same statement); then there is nothing to undo.
+            Hold::Session { key, mode } => {
+                if lockmgr::held_by_me(key, mode) && lockmgr::release_session(key, mode) {
+                    labels::released_session(key, mode);
+                }
+            }
+            // Ended already (released in the same statement, or expired): nothing to undo.
+            Hold::Lease { id } => {
+                leases::end(lockmgr::my_database(), id);
+            }
         }
     }
 }

@@ -382,7 +382,7 @@ impl Table {
             .find(|l| l.state == State::Held && l.database == database && l.id == id)
     }
 
-    pub fn count_released(&mut self) {
+    fn count_released(&mut self) {
         self.counters_mut().released += 1;
     }
 
@@ -416,6 +416,42 @@ impl Table {
         }
         keys
     }
+}
+
+/// How `end` found a lease.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Ended {
+    /// It was live: ended now.
+    Released,
+    /// Its TTL had run out: it had ended then (freed now).
+    Expired,
+    /// No such lease (never, or already freed).
+    NotFound,
+}
+
+/// Ends lease `id` of `database` and lets the key's next waiters have it. The one path for
+/// `advlock_lease_release` and for a lease whose statement failed.
+pub fn end(database: u32, id: i64) -> Ended {
+    with_table(true, |t| {
+        let now = shmem::now();
+        let Some(l) = t.find(database, id) else {
+            return Ended::NotFound;
+        };
+        let (key, expired) = (l.key, l.expires_at <= now);
+        l.state = State::Free;
+        if expired {
+            t.count_expired();
+        } else {
+            t.count_released();
+        }
+        t.settle(database, key, now);
+        if expired {
+            Ended::Expired
+        } else {
+            Ended::Released
+        }
+    })
+    .unwrap_or(Ended::NotFound)
 }
 
 /// What the granted backend writes into its lease.
