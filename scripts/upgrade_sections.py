@@ -1,17 +1,47 @@
 #!/usr/bin/env python3
-"""Regenerates the parts of sql/advlock--0.2.0--0.3.0.sql that must equal a fresh install:
-the new C functions (from `cargo pgrx schema`), sql/holders.sql's view and functions, and
+"""Regenerates the parts of an upgrade script that must equal a fresh install: the new C
+functions (from `cargo pgrx schema`), the hand-written SQL of the new objects, and
 sql/comments.sql. pg_test/upgrade proves the result equals a fresh install, catalog by catalog.
 
-Usage: cargo pgrx schema pg17 -o /tmp/schema.sql && scripts/upgrade_sections.py /tmp/schema.sql
+Usage: cargo pgrx schema pg17 -o /tmp/schema.sql && scripts/upgrade_sections.py VERSION /tmp/schema.sql
+  VERSION 0.4.0 writes sql/advlock--0.3.0--0.4.0.sql (0.3.0: sql/advlock--0.2.0--0.3.0.sql, as released)
 """
 import re
 import sys
 from pathlib import Path
 
 repo = Path(__file__).resolve().parent.parent
+version = sys.argv[1]
+schema = Path(sys.argv[2]).read_text()
+blocks = re.findall(r"/\* <begin connected objects> \*/\n(.*?)/\* </end connected objects> \*/", schema, re.S)
+begin, end = "-- <generated: new objects>\n", "-- </generated: new objects>\n"
+comments = (repo / "sql/comments.sql").read_text()
+
+
+def function_blocks(new, replaced=()):
+    """The CREATE FUNCTION blocks of `new` (and, as CREATE OR REPLACE, of `replaced`), sorted,
+    without pgrx's source-location lines (src/x.rs:NN changes with every edit)."""
+    names = "|".join(tuple(new) + tuple(replaced))
+    found = [b for b in blocks if re.search(r'^CREATE  FUNCTION "(%s)"' % names, b, re.M)]
+    if replaced:
+        found = [re.sub(r'^CREATE  FUNCTION "(%s)"' % "|".join(replaced), r'CREATE OR REPLACE FUNCTION "\1"', b, flags=re.M)
+                 for b in found]
+    found.sort(key=lambda b: (re.search(r'FUNCTION "(\w+)"', b).group(1), b))
+    return ["".join(l for l in b.splitlines(True) if not re.match(r"-- src/", l)) for b in found]
+
+
+if version == "0.4.0":
+    script = repo / "sql/advlock--0.3.0--0.4.0.sql"
+    functions = function_blocks(("advlock_lease", "advlock_lease_renew", "advlock_lease_release",
+                                 "advlock_lease_entries", "advlock_lease_stats"))
+    leases = (repo / "sql/leases.sql").read_text()
+    # The hand-written header, then the generated objects, then every comment.
+    header = script.read_text().partition(begin)[0].partition("-- One-line descriptions for \\df+")[0]
+    script.write_text(header + begin + "\n".join(functions) + "\n" + leases + end + "\n" + comments)
+    print(f"{script.relative_to(repo)}: {len(functions)} new functions, sql/leases.sql, comments")
+    sys.exit(0)
+assert version == "0.3.0", f"unknown version {version}"
 script = repo / "sql/advlock--0.2.0--0.3.0.sql"
-schema = Path(sys.argv[1]).read_text()
 
 # Functions new in 0.3.0 (C functions pgrx generates): their CREATE FUNCTION blocks, verbatim.
 NEW = ("advlock_try_all_with_timeout", "advlock_lock_all_with_timeout", "advlock_unlock_all",

@@ -3,4 +3,225 @@
 --
 -- The failed-statement rule under transaction control (a session lock kept through a ROLLBACK
 -- its own statement asked for, released when a statement fails after a COMMIT inside it) lives
--- in the library: no SQL-visible change for it.
+-- in the library: no SQL-visible change for it. New: leases and semaphores (advlock_lease,
+-- advlock_lease_renew, advlock_lease_release, the advlock_leases and advlock_lease_stats views).
+-- The generated section is written by scripts/upgrade_sections.py 0.4.0.
+
+-- <generated: new objects>
+-- advlock::leases::advlock_lease
+CREATE  FUNCTION "advlock_lease"(
+	"key" bigint, /* Option < i64 > */
+	"ttl_ms" INT, /* Option < i32 > */
+	"timeout_ms" INT, /* Option < i32 > */
+	"slots" INT DEFAULT 1 /* Option < i32 > */
+) RETURNS bigint /* Option < i64 > */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lease_key_wrapper';
+
+-- advlock::leases::advlock_lease
+CREATE  FUNCTION "advlock_lease"(
+	"ns" text, /* Option < ServerText > */
+	"id" text, /* Option < ServerText > */
+	"ttl_ms" INT, /* Option < i32 > */
+	"timeout_ms" INT, /* Option < i32 > */
+	"slots" INT DEFAULT 1 /* Option < i32 > */
+) RETURNS bigint /* Option < i64 > */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lease_text_wrapper';
+
+-- advlock::leases::advlock_lease
+CREATE  FUNCTION "advlock_lease"(
+	"ns" text, /* Option < ServerText > */
+	"id" bigint, /* Option < i64 > */
+	"ttl_ms" INT, /* Option < i32 > */
+	"timeout_ms" INT, /* Option < i32 > */
+	"slots" INT DEFAULT 1 /* Option < i32 > */
+) RETURNS bigint /* Option < i64 > */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lease_int_wrapper';
+
+-- advlock::leases::advlock_lease_entries
+CREATE  FUNCTION "advlock_lease_entries"() RETURNS TABLE (
+	"key" bigint,  /* i64 */
+	"label" text,  /* Option < ServerTextOut > */
+	"slots" INT,  /* i32 */
+	"lease" bigint,  /* Option < i64 > */
+	"granted" bool,  /* bool */
+	"role" oid,  /* Option < pg_sys :: Oid > */
+	"pid" INT,  /* i32 */
+	"application_name" text,  /* Option < ServerTextOut > */
+	"granted_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"renewed_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"waiting_since" timestamp with time zone  /* Option < TimestampWithTimeZone > */
+)
+STRICT VOLATILE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'advlock_lease_entries_wrapper';
+
+-- advlock::leases::advlock_lease_release
+CREATE  FUNCTION "advlock_lease_release"(
+	"lease" bigint /* Option < i64 > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lease_release_wrapper';
+
+-- advlock::leases::advlock_lease_renew
+CREATE  FUNCTION "advlock_lease_renew"(
+	"lease" bigint, /* Option < i64 > */
+	"ttl_ms" INT /* Option < i32 > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lease_renew_wrapper';
+
+-- advlock::leases::advlock_lease_stats
+CREATE  FUNCTION "advlock_lease_stats"() RETURNS TABLE (
+	"capacity" bigint,  /* i64 */
+	"held" bigint,  /* i64 */
+	"waiting" bigint,  /* i64 */
+	"granted" bigint,  /* i64 */
+	"released" bigint,  /* i64 */
+	"expired" bigint,  /* i64 */
+	"renewed" bigint,  /* i64 */
+	"timed_out" bigint  /* i64 */
+)
+STRICT VOLATILE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'advlock_lease_stats_wrapper';
+
+-- advlock_leases: leases held and awaited in this database (src/leases.rs), from the shared
+-- lease table; empty without shared_preload_libraries. Same conventions as holders.sql:
+-- schema-qualified, no SECURITY DEFINER.
+
+CREATE VIEW @extschema@.advlock_leases AS
+SELECT e.key, e.label, e.slots, e.lease, e.granted,
+       pg_catalog.pg_get_userbyid(e.role) AS role,
+       e.pid, e.application_name, e.granted_at, e.renewed_at, e.expires_at, e.waiting_since
+  FROM @extschema@.advlock_lease_entries() e;
+
+COMMENT ON VIEW @extschema@.advlock_leases IS
+  'advlock: one row per lease held (lease id = fencing token, role, who took or last renewed it, expires_at) and per backend waiting for one (waiting_since) in this database; needs shared_preload_libraries';
+
+CREATE VIEW @extschema@.advlock_lease_stats AS
+SELECT s.capacity, s.held, s.waiting, s.granted, s.released, s.expired, s.renewed, s.timed_out
+  FROM @extschema@.advlock_lease_stats() s;
+
+COMMENT ON VIEW @extschema@.advlock_lease_stats IS
+  'advlock: lease table use (capacity = advlock.max_leases, held, waiting) and totals since the server started, all databases: granted, released, expired (not renewed in time), renewed, timed_out waits; needs shared_preload_libraries';
+
+-- Readable by everyone, like advlock_holders and pg_locks.
+GRANT SELECT ON @extschema@.advlock_leases, @extschema@.advlock_lease_stats TO PUBLIC;
+-- </generated: new objects>
+
+-- One-line descriptions for \df+ and obj_description: every function and view of advlock has
+-- one (pg_test/regress/sql/comments.sql fails when a new one lacks it). Runs last (finalize),
+-- after every object exists. Each starts with "advlock:" so it is recognisable in \df+ output.
+
+COMMENT ON FUNCTION @extschema@.advlock_key(pg_catalog.text, pg_catalog.text) IS
+  'advlock: stable bigint lock key of (namespace, id), key spec v1 (SipHash-2-4 of ns || 0x00 || id in UTF-8); the same value in every client language and on every server';
+COMMENT ON FUNCTION @extschema@.advlock_key(pg_catalog.text, pg_catalog.int8) IS
+  'advlock: stable bigint lock key of (namespace, integer id); equals advlock_key(ns, id::text)';
+COMMENT ON FUNCTION @extschema@.advlock_key(pg_catalog.text) IS
+  'advlock: stable bigint lock key of a namespace alone; equals advlock_key(ns, '''')';
+
+COMMENT ON FUNCTION @extschema@.advlock_try_with_timeout(pg_catalog.int8, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory lock on key, waiting at most timeout_ms in the lock manager''s queue; true when held, false when the wait ran out (scope xact|session, mode exclusive|shared)';
+COMMENT ON FUNCTION @extschema@.advlock_try_with_timeout(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory lock on advlock_key(ns, id), waiting at most timeout_ms; true when held, false when the wait ran out (scope xact|session, mode exclusive|shared)';
+COMMENT ON FUNCTION @extschema@.advlock_try_with_timeout(pg_catalog.text, pg_catalog.int8, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory lock on advlock_key(ns, id), waiting at most timeout_ms; true when held, false when the wait ran out (scope xact|session, mode exclusive|shared)';
+
+COMMENT ON FUNCTION @extschema@.advlock_lock_with_timeout(pg_catalog.int8, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory lock on key, waiting at most timeout_ms; raises 55P03 naming the holder when the wait runs out';
+COMMENT ON FUNCTION @extschema@.advlock_lock_with_timeout(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory lock on advlock_key(ns, id), waiting at most timeout_ms; raises 55P03 naming the holder when the wait runs out';
+COMMENT ON FUNCTION @extschema@.advlock_lock_with_timeout(pg_catalog.text, pg_catalog.int8, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory lock on advlock_key(ns, id), waiting at most timeout_ms; raises 55P03 naming the holder when the wait runs out';
+
+COMMENT ON FUNCTION @extschema@.advlock_unlock(pg_catalog.int8, pg_catalog.text) IS
+  'advlock: release one session-scope hold of the advisory lock on key; false with a WARNING when none is held, like pg_advisory_unlock';
+COMMENT ON FUNCTION @extschema@.advlock_unlock(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
+  'advlock: release one session-scope hold of the advisory lock on advlock_key(ns, id); false with a WARNING when none is held';
+COMMENT ON FUNCTION @extschema@.advlock_unlock(pg_catalog.text, pg_catalog.int8, pg_catalog.text) IS
+  'advlock: release one session-scope hold of the advisory lock on advlock_key(ns, id); false with a WARNING when none is held';
+
+COMMENT ON FUNCTION @extschema@.advlock_try_all_with_timeout(pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory locks on all keys (distinct, in ascending key order, so callers never deadlock each other) within one deadline of timeout_ms; true when every one is held, false (nothing taken by this call left held) when the deadline passed';
+COMMENT ON FUNCTION @extschema@.advlock_try_all_with_timeout(pg_catalog.text, pg_catalog.text[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory locks on all advlock_key(ns, id) for each id (distinct, in ascending key order, so callers never deadlock each other) within one deadline of timeout_ms; true when every one is held, false (nothing taken by this call left held) when the deadline passed';
+COMMENT ON FUNCTION @extschema@.advlock_try_all_with_timeout(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory locks on all advlock_key(ns, id) for each id (distinct, in ascending key order, so callers never deadlock each other) within one deadline of timeout_ms; true when every one is held, false (nothing taken by this call left held) when the deadline passed';
+
+COMMENT ON FUNCTION @extschema@.advlock_lock_all_with_timeout(pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory locks on all keys within one deadline of timeout_ms, or none: raises 55P03 naming the busy key and its holder';
+COMMENT ON FUNCTION @extschema@.advlock_lock_all_with_timeout(pg_catalog.text, pg_catalog.text[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory locks on all advlock_key(ns, id) for each id within one deadline of timeout_ms, or none: raises 55P03 naming the busy key and its holder';
+COMMENT ON FUNCTION @extschema@.advlock_lock_all_with_timeout(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory locks on all advlock_key(ns, id) for each id within one deadline of timeout_ms, or none: raises 55P03 naming the busy key and its holder';
+
+COMMENT ON FUNCTION @extschema@.advlock_unlock_all(pg_catalog.int8[], pg_catalog.text) IS
+  'advlock: release one session-scope hold of each distinct key of keys; true when every one was held (a WARNING for each that was not)';
+COMMENT ON FUNCTION @extschema@.advlock_unlock_all(pg_catalog.text, pg_catalog.text[], pg_catalog.text) IS
+  'advlock: release one session-scope hold of each distinct key of advlock_key(ns, id) for each id; true when every one was held (a WARNING for each that was not)';
+COMMENT ON FUNCTION @extschema@.advlock_unlock_all(pg_catalog.text, pg_catalog.int8[], pg_catalog.text) IS
+  'advlock: release one session-scope hold of each distinct key of advlock_key(ns, id) for each id; true when every one was held (a WARNING for each that was not)';
+
+COMMENT ON FUNCTION @extschema@.advlock_try_with_token(pg_catalog.int8, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory lock on key like advlock_try_with_timeout (default scope session) and return a fencing token, larger than every token issued before in this database, across restarts, crashes and standby promotions; NULL when the wait ran out';
+COMMENT ON FUNCTION @extschema@.advlock_try_with_token(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory lock on advlock_key(ns, id) (default scope session) and return a fencing token that only ever grows; NULL when the wait ran out';
+COMMENT ON FUNCTION @extschema@.advlock_try_with_token(pg_catalog.text, pg_catalog.int8, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
+  'advlock: take the advisory lock on advlock_key(ns, id) (default scope session) and return a fencing token that only ever grows; NULL when the wait ran out';
+
+COMMENT ON FUNCTION @extschema@.advlock_lease(pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4) IS
+  'advlock: take a lease on key for ttl_ms, waiting at most timeout_ms (first come, first served; slots => N lets N leases hold the key); returns the lease id, which is its fencing token, or NULL when the wait ran out; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_lease(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4) IS
+  'advlock: take a lease on advlock_key(ns, id) for ttl_ms, waiting at most timeout_ms; returns the lease id (its fencing token) or NULL when the wait ran out; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_lease(pg_catalog.text, pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4) IS
+  'advlock: take a lease on advlock_key(ns, id) for ttl_ms, waiting at most timeout_ms; returns the lease id (its fencing token) or NULL when the wait ran out; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_lease_renew(pg_catalog.int8, pg_catalog.int4) IS
+  'advlock: extend the lease to ttl_ms from now, from any connection of this database; false when it already ended (expired or released): the caller has lost it';
+COMMENT ON FUNCTION @extschema@.advlock_lease_release(pg_catalog.int8) IS
+  'advlock: end the lease now and hand its key to the next waiter; false when it had already ended';
+COMMENT ON FUNCTION @extschema@.advlock_lease_entries() IS
+  'advlock (internal): the feed of the advlock_leases view, one row per lease held or awaited in this database';
+COMMENT ON FUNCTION @extschema@.advlock_lease_stats() IS
+  'advlock (internal): the feed of the advlock_lease_stats view';
+
+COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.int8, pg_catalog.text) IS
+  'advlock: whether this backend holds the advisory lock on key in mode (any scope); the check a leader runs before each unit of work';
+COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
+  'advlock: whether this backend holds the advisory lock on advlock_key(ns, id) in mode (any scope)';
+COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.text, pg_catalog.int8, pg_catalog.text) IS
+  'advlock: whether this backend holds the advisory lock on advlock_key(ns, id) in mode (any scope)';
+
+COMMENT ON FUNCTION @extschema@.advlock_idle_threshold(pg_catalog.interval) IS
+  'advlock: the idle threshold in effect: older_than, or the advlock.idle_threshold setting when NULL; rejects a negative interval';
+COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
+  'advlock: the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since); the rows behind advlock_holders';
+COMMENT ON FUNCTION @extschema@.advlock_labels() IS
+  'advlock: the labels (ns/id), scopes and hold times advlock recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_tokens() IS
+  'advlock: the fencing tokens of locks held in this database through advlock_try_with_token, one row per backend, key and mode (the latest token); no rows unless advlock is in shared_preload_libraries';
+COMMENT ON SEQUENCE @extschema@.advlock_token_seq IS
+  'advlock: the counter behind fencing tokens (advlock_try_with_token); do not change it by hand';
+COMMENT ON FUNCTION @extschema@.advlock_idle_holders(pg_catalog.interval) IS
+  'advlock: advlock_holders rows of granted locks whose backend has been idle for at least older_than (NULL: advlock.idle_threshold)';
+COMMENT ON FUNCTION @extschema@.advlock_metrics() IS
+  'advlock: the rows of the advlock_metrics view: gauges per namespace and, preloaded, the acquisition counters, computed from the lock table and backend status without joining pg_stat_activity';
+COMMENT ON FUNCTION @extschema@.advlock_leak_count(pg_catalog.interval) IS
+  'advlock: number of backends holding advisory locks while idle for at least older_than (NULL: advlock.idle_threshold); alert when not 0';
+COMMENT ON FUNCTION @extschema@.advlock_terminate_idle_holders(pg_catalog.interval, pg_catalog.bool) IS
+  'advlock: list (dry_run => true, the default) or terminate (dry_run => false) the backends behind idle holders, with the caller''s own rights';
+
+COMMENT ON FUNCTION @extschema@.advlock_stats() IS
+  'advlock: per-namespace acquisition counters of this database, as in the advlock_stats view; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_stats_info() IS
+  'advlock: fill level of the shared label and statistics tables, as in the advlock_stats_info view; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_stats_reset(pg_catalog.text) IS
+  'advlock: reset the statistics of namespace ns in this database, or of every namespace when ns is NULL; returns the reset time; needs shared_preload_libraries';
