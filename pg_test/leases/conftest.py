@@ -18,6 +18,8 @@ _spec = importlib.util.spec_from_file_location("clients_conftest", CLIENTS / "co
 _clients = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_clients)
 pgbouncer = _clients.pgbouncer   # PgBouncer in transaction mode in front of the test instance
+measure = _clients.measure       # numbers seen, printed after the run
+pytest_terminal_summary = _clients.pytest_terminal_summary
 
 
 def preloaded() -> bool:

@@ -193,6 +193,7 @@ def test_a_cancelled_or_terminated_waiter_leaves_nothing_queued(admin, how):
 
 @needs_preload
 def test_a_full_lease_table_is_a_clear_error_and_takes_nothing(admin):
+    # Leases that expired unnoticed (other tests' abandoned ones) do not count against it.
     capacity = admin.execute("SELECT capacity - held - waiting FROM advlock_lease_stats").fetchone()[0]
     leases = admin.execute("SELECT array_agg(advlock_lease(k, 60000, 0)) FROM generate_series(1, %s) k",
                            (capacity,)).fetchone()[0]

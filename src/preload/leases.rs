@@ -296,7 +296,7 @@ impl Table {
             else {
                 break;
             };
-            let Some(free) = self.leases.iter().position(|l| l.state == State::Free) else {
+            let Some(free) = self.free_entry(now) else {
                 return true;
             };
             let w = &mut self.waiters[next];
@@ -333,6 +333,23 @@ impl Table {
             set_latch_of(head.procno);
         }
         false
+    }
+
+    /// A free lease entry. Leases of other keys that expired unnoticed (nobody asked for their key
+    /// since) still occupy theirs: when none is free, those are freed first.
+    fn free_entry(&mut self, now: i64) -> Option<usize> {
+        if let Some(free) = self.leases.iter().position(|l| l.state == State::Free) {
+            return Some(free);
+        }
+        let mut expired = 0;
+        for l in self.leases.iter_mut() {
+            if l.state == State::Held && l.expires_at <= now {
+                l.state = State::Free;
+                expired += 1;
+            }
+        }
+        self.counters_mut().expired += expired;
+        self.leases.iter().position(|l| l.state == State::Free)
     }
 
     /// The lease reserved for `waiter`, if `settle` gave it one.
