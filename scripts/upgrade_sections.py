@@ -35,10 +35,12 @@ if version == "0.4.0":
     functions = function_blocks(("advlock_lease", "advlock_lease_renew", "advlock_lease_release",
                                  "advlock_lease_entries", "advlock_lease_stats"))
     leases = (repo / "sql/leases.sql").read_text()
+    procedures = next(b for b in blocks if "CREATE PROCEDURE @extschema@.advlock_wait_lock" in b)
+    procedures = "".join(l for l in procedures.splitlines(True) if not re.match(r"-- src/", l))
     # The hand-written header, then the generated objects, then every comment.
     header = script.read_text().partition(begin)[0].partition("-- One-line descriptions for \\df+")[0]
-    script.write_text(header + begin + "\n".join(functions) + "\n" + leases + end + "\n" + comments)
-    print(f"{script.relative_to(repo)}: {len(functions)} new functions, sql/leases.sql, comments")
+    script.write_text(header + begin + "\n".join(functions) + "\n" + procedures + "\n" + leases + end + "\n" + comments)
+    print(f"{script.relative_to(repo)}: {len(functions)} new functions, 2 procedures, sql/leases.sql, comments")
     sys.exit(0)
 assert version == "0.3.0", f"unknown version {version}"
 script = repo / "sql/advlock--0.2.0--0.3.0.sql"

@@ -94,6 +94,16 @@ STRICT VOLATILE PARALLEL RESTRICTED
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'advlock_lease_stats_wrapper';
 
+
+-- Waits that hold no snapshot (src/snapshot_free_wait.rs): procedures, so that they can commit
+-- before waiting. C functions of the library, declared here (pgrx declares functions only).
+CREATE PROCEDURE @extschema@.advlock_wait_lock(
+    key bigint, timeout_ms integer, mode text DEFAULT 'exclusive', INOUT acquired boolean DEFAULT NULL)
+  LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_wait_lock';
+CREATE PROCEDURE @extschema@.advlock_wait_lease(
+    key bigint, ttl_ms integer, timeout_ms integer, slots integer DEFAULT 1, INOUT lease bigint DEFAULT NULL)
+  LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_wait_lease';
+
 -- advlock_leases: leases held and awaited in this database (src/leases.rs), from the shared
 -- lease table; empty without shared_preload_libraries. Same conventions as holders.sql:
 -- schema-qualified, no SECURITY DEFINER.
@@ -188,6 +198,10 @@ COMMENT ON FUNCTION @extschema@.advlock_lease_renew(pg_catalog.int8, pg_catalog.
   'advlock: extend the lease to ttl_ms from now, from any connection of this database; false when it already ended (expired or released): the caller has lost it';
 COMMENT ON FUNCTION @extschema@.advlock_lease_release(pg_catalog.int8) IS
   'advlock: end the lease now and hand its key to the next waiter; false when it had already ended';
+COMMENT ON PROCEDURE @extschema@.advlock_wait_lock(pg_catalog.int8, pg_catalog.int4, pg_catalog.text, boolean) IS
+  'advlock: CALL outside a transaction block: commit, then wait at most timeout_ms for a session lock on key holding no snapshot (so CREATE INDEX CONCURRENTLY does not wait for the waiter); acquired says whether it was granted';
+COMMENT ON PROCEDURE @extschema@.advlock_wait_lease(pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4, pg_catalog.int8) IS
+  'advlock: CALL outside a transaction block: commit, then wait at most timeout_ms for a lease on key holding no snapshot; lease is its id (fencing token) or NULL when the wait ran out; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_lease_entries() IS
   'advlock (internal): the feed of the advlock_leases view, one row per lease held or awaited in this database';
 COMMENT ON FUNCTION @extschema@.advlock_lease_stats() IS

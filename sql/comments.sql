@@ -68,6 +68,10 @@ COMMENT ON FUNCTION @extschema@.advlock_lease_renew(pg_catalog.int8, pg_catalog.
   'advlock: extend the lease to ttl_ms from now, from any connection of this database; false when it already ended (expired or released): the caller has lost it';
 COMMENT ON FUNCTION @extschema@.advlock_lease_release(pg_catalog.int8) IS
   'advlock: end the lease now and hand its key to the next waiter; false when it had already ended';
+COMMENT ON PROCEDURE @extschema@.advlock_wait_lock(pg_catalog.int8, pg_catalog.int4, pg_catalog.text, boolean) IS
+  'advlock: CALL outside a transaction block: commit, then wait at most timeout_ms for a session lock on key holding no snapshot (so CREATE INDEX CONCURRENTLY does not wait for the waiter); acquired says whether it was granted';
+COMMENT ON PROCEDURE @extschema@.advlock_wait_lease(pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4, pg_catalog.int8) IS
+  'advlock: CALL outside a transaction block: commit, then wait at most timeout_ms for a lease on key holding no snapshot; lease is its id (fencing token) or NULL when the wait ran out; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_lease_entries() IS
   'advlock (internal): the feed of the advlock_leases view, one row per lease held or awaited in this database';
 COMMENT ON FUNCTION @extschema@.advlock_lease_stats() IS

@@ -45,11 +45,11 @@ fn ttl(value: Option<i32>, function: &str) -> i32 {
     ms
 }
 
-fn slot_count(value: Option<i32>) -> u32 {
-    let n = required(value, LEASE, "slots");
+fn slot_count(value: Option<i32>, function: &str) -> u32 {
+    let n = required(value, function, "slots");
     if n < 1 {
         invalid_argument(
-            format!("argument \"slots\" of {LEASE} must be at least 1: {n}"),
+            format!("argument \"slots\" of {function} must be at least 1: {n}"),
             "slots => 1 (the default) is a lock; slots => N lets up to N leases hold the key at once.",
         );
     }
@@ -113,6 +113,34 @@ fn forget_me() {
     });
 }
 
+/// A lease request's arguments, checked.
+pub(crate) struct LeaseArgs {
+    ttl_ms: i32,
+    timeout_ms: i32,
+    slots: u32,
+}
+
+/// Every argument check of a lease request, and the conditions it needs (preload, a writable
+/// primary for the token), before anything is taken or committed.
+pub(crate) fn check_lease_arguments(
+    function: &str,
+    ttl_ms: Option<i32>,
+    timeout_ms: Option<i32>,
+    slots: Option<i32>,
+) -> LeaseArgs {
+    let args = LeaseArgs {
+        ttl_ms: ttl(ttl_ms, function),
+        timeout_ms: timeout(timeout_ms, function),
+        slots: slot_count(slots, function),
+    };
+    if !table::available() {
+        shmem::require_preload(function);
+    }
+    lockmgr::prevent_in_parallel_mode();
+    fencing::tokens_possible(function);
+    args
+}
+
 fn lease(
     target: Target,
     ttl_ms: Option<i32>,
@@ -120,14 +148,22 @@ fn lease(
     slots: Option<i32>,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Option<i64> {
-    let ttl_ms = ttl(ttl_ms, LEASE);
-    let timeout_ms = timeout(timeout_ms, LEASE);
-    let slots = slot_count(slots);
-    if !table::available() {
-        shmem::require_preload(LEASE);
-    }
-    lockmgr::prevent_in_parallel_mode();
-    fencing::tokens_possible(LEASE);
+    let args = check_lease_arguments(LEASE, ttl_ms, timeout_ms, slots);
+    take(LEASE, target, args, fcinfo)
+}
+
+/// Takes a lease: queue, wait until granted or the deadline, draw the token, confirm.
+pub(crate) fn take(
+    function: &str,
+    target: Target,
+    args: LeaseArgs,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<i64> {
+    let LeaseArgs {
+        ttl_ms,
+        timeout_ms,
+        slots,
+    } = args;
     register_exit_callback();
     let (database, key, me) = (lockmgr::my_database(), target.key, table::me());
     let started = shmem::now();
@@ -149,7 +185,7 @@ fn lease(
     .expect("the lease table exists");
     let waiter = match enqueued {
         Ok(waiter) => waiter,
-        Err(refusal) => refusal.raise(&target, slots),
+        Err(refusal) => refusal.raise(function, &target, slots),
     };
     let deadline = started + i64::from(timeout_ms) * 1000;
     let granted = PgTryBuilder::new(|| {
@@ -195,12 +231,12 @@ enum Refusal {
 }
 
 impl Refusal {
-    fn raise(self, target: &Target, slots: u32) -> ! {
+    fn raise(self, function: &str, target: &Target, slots: u32) -> ! {
         match self {
             Refusal::Slots(in_use) => Report::new(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
                 format!(
-                    "{LEASE} asked for {slots} slots on {}, which its current leases use with {in_use}",
+                    "{function} asked for {slots} slots on {}, which its current leases use with {in_use}",
                     target.describe()
                 ),
             )
@@ -208,7 +244,7 @@ impl Refusal {
             .raise(),
             Refusal::Full => Report::new(
                 PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
-                format!("{LEASE}: all {} lease entries are in use", crate::gucs::MAX_LEASES.get()),
+                format!("{function}: all {} lease entries are in use", crate::gucs::MAX_LEASES.get()),
             )
             .detail(format!("No lease on {} was taken.", target.describe()))
             .hint("Release leases that are no longer needed, or raise advlock.max_leases (needs a restart).")

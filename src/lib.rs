@@ -20,6 +20,7 @@ mod metrics;
 mod preload;
 mod provisional;
 mod server_text;
+mod snapshot_free_wait;
 
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;

@@ -11,11 +11,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 work=$1 port=$2
 psql_db() { as_postgres "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work" -p "$port" -U postgres "$@"; }
 
-describe() { # database -> one line per function and view of schema public named advlock_*
+describe() { # database -> one line per function, procedure and view of schema public named advlock_*
   psql_db -d "$1" -At <<'SQL'
-SELECT 'function ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')'
+SELECT CASE p.prokind WHEN 'p' THEN 'procedure ' ELSE 'function ' END
+       || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')'
        || ' | args: ' || pg_get_function_arguments(p.oid)
-       || ' | returns: ' || pg_get_function_result(p.oid)
+       || ' | returns: ' || coalesce(pg_get_function_result(p.oid), '(procedure)')
        || ' | ' || CASE p.provolatile WHEN 'i' THEN 'immutable' WHEN 's' THEN 'stable' ELSE 'volatile' END
        || ' | parallel ' || CASE p.proparallel WHEN 's' THEN 'safe' WHEN 'r' THEN 'restricted' ELSE 'unsafe' END
        || ' | strict ' || p.proisstrict || ' | security definer ' || p.prosecdef
@@ -38,7 +39,7 @@ PGOPTIONS='-c search_path=public' psql_db -d edition_sig_sql -f "$work/advlock_s
 describe edition_sig_ext >"$work/sig-ext.txt" || exit 1
 describe edition_sig_sql >"$work/sig-sql.txt" || exit 1
 grep -v '^#' "$here/extension_only.txt" | sed '/^$/d' >"$work/sig-only.txt"
-# The extension's objects minus the listed ones (matched on "function name(args)" / "view name").
+# The extension's objects minus the listed ones (matched on "function name(args)", "procedure name(args)" / "view name").
 awk -F' [|] ' 'NR == FNR { skip[$0] = 1; next } !($1 in skip)' "$work/sig-only.txt" "$work/sig-ext.txt" >"$work/sig-ext-core.txt"
 missing=$(awk -F' [|] ' 'NR == FNR { have[$1] = 1; next } !($0 in have)' "$work/sig-ext.txt" "$work/sig-only.txt")
 status=0

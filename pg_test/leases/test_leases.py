@@ -240,3 +240,47 @@ def test_leases_through_pgbouncer_transaction_mode_and_the_fenced_write(admin, p
         assert admin.execute("SELECT fence, written_by FROM lease_resource").fetchone() == (lease_b, "b")
     finally:
         admin.execute("DROP TABLE IF EXISTS lease_resource")
+
+
+@needs_preload
+def test_create_index_concurrently_does_not_wait_for_a_snapshot_free_lease_waiter(admin):
+    """The holder builds an index concurrently while another session waits for its lease. A
+    waiter inside a statement (SELECT advlock_lease) holds that statement's snapshot: CIC waits
+    for it until its wait times out. CALL advlock_wait_lease commits first and holds none: CIC
+    completes while it still waits, and it gets the lease when the holder releases."""
+    admin.execute("DROP TABLE IF EXISTS cic_target")
+    admin.execute("CREATE TABLE cic_target AS SELECT generate_series(1, 100) AS x")
+    try:
+        lease = admin.execute("SELECT advlock_lease(7010, 60000, 0)").fetchone()[0]
+        # In a statement: CIC cannot finish before the waiter gives up (timeout 1 s).
+        w = Waiter("advlock-test/cic-select", 7010, timeout_ms=1000)
+        wait_for_waiters(admin, 7010, 1)
+        admin.execute("CREATE INDEX CONCURRENTLY cic_a ON cic_target (x)")
+        assert waiting_pids(admin, 7010) == []            # CIC returned only after the wait ended,
+        assert w.finish() is None                         # by timing out
+        w.close()
+        # With CALL: CIC returns while the waiter still waits.
+        with psy("advlock-test/cic-call") as caller:
+            result = {}
+            t = threading.Thread(target=lambda: result.update(
+                lease=caller.execute("CALL advlock_wait_lease(7010, 60000, 20000)").fetchone()[0]), daemon=True)
+            t.start()
+            wait_for_waiters(admin, 7010, 1)
+            admin.execute("CREATE INDEX CONCURRENTLY cic_b ON cic_target (x)")
+            assert t.is_alive() and waiting_pids(admin, 7010) == [caller.info.backend_pid]
+            assert release(admin, lease) is True
+            t.join(15)
+            assert result["lease"] > lease
+            assert release(admin, result["lease"]) is True
+    finally:
+        admin.execute("DROP TABLE IF EXISTS cic_target")
+
+
+@needs_preload
+def test_wait_procedures_refuse_inside_a_transaction_block(admin):
+    admin.execute("BEGIN")
+    try:
+        with pytest.raises(psycopg.errors.ActiveSqlTransaction, match="outside a transaction block"):
+            admin.execute("CALL advlock_wait_lease(7011, 1000, 0)")
+    finally:
+        admin.execute("ROLLBACK")
