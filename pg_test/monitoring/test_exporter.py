@@ -235,3 +235,23 @@ def draw(path, samples, marks, ns, preloaded, admin, extversion):
                 (marks["terminate"] - t0, "advlock_terminate_idle_holders('2 seconds', dry_run => false)"),
                 (marks["cleared"] - t0, "back to 0")],
         x_label="seconds since the first scrape")
+
+
+def test_lease_series_preloaded_only_and_an_expiry_counted(exporter, admin, preloaded):
+    """advlock_lease_* series exist only preloaded; a lease left to expire shows in
+    advlock_lease_expired_total (what AdvlockLeasesExpiring alerts on)."""
+    s = exporter.scrape()
+    assert s.value("pg_exporter_last_scrape_error") == 0, exporter.log_tail()
+    if not preloaded:
+        assert s.series("advlock_lease_capacity") == []
+        return
+    assert s.value("advlock_lease_capacity") == 1024
+    before = s.value("advlock_lease_expired_total")
+    admin.execute("SELECT advlock_lease('monitoring', 'expiring', 50, 0)")
+    admin.execute("SELECT pg_sleep(0.1)")
+    # The expiry is counted when the key is next asked for (or the table is full).
+    assert admin.execute("SELECT advlock_lease('monitoring', 'expiring', 1000, 0) IS NOT NULL").fetchone()[0]
+    after = wait_until(lambda: (lambda s: s if s.value("advlock_lease_expired_total") >= before + 1
+                                else None)(exporter.scrape()), 10, what="the expiry to be counted")
+    assert after.value("advlock_lease_held") == 1
+    admin.execute("SELECT advlock_lease_release(lease) FROM advlock_leases")

@@ -7,7 +7,7 @@ from monsupport import PROMTOOL_BIN, RULES_DIR
 
 RULES = RULES_DIR / "advlock-rules.yml"
 TESTS = RULES_DIR / "advlock-rules.test.yml"
-ALERTS = ["AdvlockLeakedLock", "AdvlockWaitersPilingUp", "AdvlockOldestWaitTooOld",
+ALERTS = ["AdvlockLeasesExpiring", "AdvlockLeakedLock", "AdvlockWaitersPilingUp", "AdvlockOldestWaitTooOld",
           "AdvlockTimeoutsRising", "AdvlockHiddenHolders", "AdvlockMetricsMissing"]
 
 
