@@ -99,7 +99,9 @@ class _Asyncpg(AsyncAdapter):
         self.conn = conn
 
     async def query(self, sql: str, args: Sequence[object]) -> list[Row]:
-        # asyncpg cancels the server-side statement when the awaiting task is cancelled.
+        # When the awaiting task is cancelled, asyncpg sends the server a cancel request and
+        # makes the connection's next command (the enclosing transaction's ROLLBACK) wait for
+        # it: the wait ends on the server, and the rollback drops anything granted meanwhile.
         placeholders = [f"${i}" for i in range(1, len(args) + 1)]
         return [tuple(r) for r in await self.conn.fetch(sql.format(*placeholders), *args)]
 
@@ -156,8 +158,8 @@ class _SAAsync(AsyncAdapter):
 
     async def xact_problem(self) -> str | None:
         connection = await self.conn.connection() if self.is_session else self.conn
-        raw = await connection.get_raw_connection()
-        return _SA_FIX if _sa_autocommit(connection, raw) else None
+        raw = await connection.get_raw_connection()  # starts the connection: sync_connection is set
+        return _SA_FIX if _sa_autocommit(connection.sync_connection, raw) else None
 
 
 Adapter = Union[SyncAdapter, AsyncAdapter]

@@ -81,6 +81,7 @@ def as_lock_timeout(exc: BaseException) -> LockTimeout | None:
     __cause__). Walk the chain instead of importing any of them."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
+    found: LockTimeout | None = None
     while todo:
         e = todo.pop()
         if e is None or id(e) in seen:
@@ -90,7 +91,10 @@ def as_lock_timeout(exc: BaseException) -> LockTimeout | None:
             diag = getattr(e, "diag", None)
             detail = getattr(diag, "message_detail", None) if diag is not None else getattr(e, "detail", None)
             message = getattr(diag, "message_primary", None) if diag is not None else getattr(e, "message", None)
-            return LockTimeout(str(message or e), detail if isinstance(detail, str) else None)
+            candidate = LockTimeout(str(message or e), detail if isinstance(detail, str) else None)
+            if candidate.detail:
+                return candidate
+            found = found or candidate  # a wrapper without the DETAIL: keep looking for the original
         orig = getattr(e, "orig", None)
         todo += [orig if isinstance(orig, BaseException) else None, e.__cause__, e.__context__]
-    return None
+    return found

@@ -1,0 +1,161 @@
+"""asyncpg (connections and pool proxies) and psycopg's AsyncConnection, including asyncio
+cancellation of a waiting lock(): the server-side wait must end with it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import psycopg
+import pytest
+from conftest import DSN, advisory_locks, connect, waiting
+
+import advlock
+
+KEY42 = advlock.key("account", 42)
+
+
+async def apg(app: str = "advlock-test") -> asyncpg.Connection:
+    return await asyncpg.connect(DSN, server_settings={"application_name": app, "statement_timeout": "20000"})
+
+
+async def apsy(app: str = "advlock-test") -> psycopg.AsyncConnection[Any]:
+    return await psycopg.AsyncConnection.connect(DSN, autocommit=True, application_name=app)
+
+
+async def poll(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def test_asyncpg_lock_try_lock_lock_all(admin: psycopg.Connection[Any]) -> None:
+    async def main() -> None:
+        conn = await apg()
+        pid = conn.get_server_pid()
+        async with conn.transaction():
+            async with advlock.lock(conn, "account", 42, timeout=2.0):
+                assert advisory_locks(admin, pid) == [(pid, True, "ExclusiveLock", KEY42)]
+            assert await advlock.try_lock(conn, "account", 17) is True
+            async with advlock.lock_all(conn, "account", [5, 6], timeout=1.0):
+                assert len(advisory_locks(admin, pid)) == 4
+            entries = await advlock.holders(conn, "account", 42)
+            assert [(e.pid, e.granted) for e in entries] == [(pid, True)]
+        assert advisory_locks(admin, pid) == []
+        await conn.close()
+
+    asyncio.run(main())
+
+
+def test_asyncpg_outside_a_transaction_names_the_fix(admin: psycopg.Connection[Any]) -> None:
+    async def main() -> None:
+        conn = await apg()
+        with pytest.raises(advlock.NotInTransaction, match=r"`async with conn\.transaction\(\):`"):
+            async with advlock.lock(conn, "account", 42, timeout=1):
+                pass
+        with pytest.raises(advlock.NotInTransaction):
+            await advlock.try_lock(conn, "account", 42)
+        assert advisory_locks(admin, conn.get_server_pid()) == []
+        await conn.close()
+
+    asyncio.run(main())
+
+
+def test_asyncpg_pool_proxy_and_race_for_account_42(admin: psycopg.Connection[Any]) -> None:
+    """Two workers on one asyncpg pool race for account 42: one wins, the other waits 200 ms
+    and gets LockTimeout naming the winner's pid."""
+
+    async def main() -> None:
+        pool = await asyncpg.create_pool(DSN, min_size=2, max_size=2, server_settings={"application_name": "pool"})
+        winner: list[int] = []
+        release = asyncio.Event()
+
+        async def worker() -> str:
+            async with pool.acquire() as conn, conn.transaction():
+                try:
+                    async with advlock.lock(conn, "account", 42, timeout=0.2):
+                        winner.append(conn.get_server_pid())
+                        await release.wait()
+                        return "won"
+                except advlock.LockTimeout as e:
+                    assert winner and e.pid == winner[0] and e.application_name == "pool"
+                    release.set()
+                    return "timed out"
+
+        assert sorted(await asyncio.gather(worker(), worker())) == ["timed out", "won"]
+        await pool.close()
+
+    asyncio.run(main())
+
+
+async def _cancel_a_waiting_lock(
+    open_conn: Callable[[], Awaitable[Any]],
+    pid_of: Callable[[Any], int],
+    query: Callable[[Any, str], Awaitable[Any]],
+    transaction: Callable[[Any], Any],
+    admin: psycopg.Connection[Any],
+) -> None:
+    with connect("holder") as holder, holder.transaction():
+        assert advlock.try_lock(holder, "account", 42)
+        conn = await open_conn()
+        pid = pid_of(conn)
+
+        async def wait_for_lock() -> None:
+            async with transaction(conn), advlock.lock(conn, "account", 42, timeout=30.0):
+                raise AssertionError("must not get the lock while the holder holds it")
+
+        task = asyncio.create_task(wait_for_lock())
+        await poll(lambda: waiting(admin, pid), "the task to queue in the server")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Nothing held or queued for that backend, at once, while the holder still holds.
+        assert advisory_locks(admin, pid) == []
+        assert advisory_locks(admin, holder.info.backend_pid) == [(holder.info.backend_pid, True, "ExclusiveLock", KEY42)]
+        # The backend is idle, not still running the wait, and the connection works.
+        row = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+        assert row == ("idle",)
+        assert await query(conn, "SELECT 41 + 1") == 42
+    # And it can take the lock once it is free.
+    async with transaction(conn), advlock.lock(conn, "account", 42, timeout=1.0):
+        assert advisory_locks(admin, pid) == [(pid, True, "ExclusiveLock", KEY42)]
+    await conn.close()
+
+
+def test_asyncpg_cancellation_leaves_nothing_held_or_queued(admin: psycopg.Connection[Any]) -> None:
+    async def fetchval(conn: asyncpg.Connection, sql: str) -> Any:
+        return await conn.fetchval(sql)
+
+    asyncio.run(_cancel_a_waiting_lock(apg, lambda c: c.get_server_pid(), fetchval, lambda c: c.transaction(), admin))
+
+
+def test_psycopg_async_cancellation_leaves_nothing_held_or_queued(admin: psycopg.Connection[Any]) -> None:
+    async def fetchval(conn: psycopg.AsyncConnection[Any], sql: str) -> Any:
+        cur = await conn.execute(sql)
+        row = await cur.fetchone()
+        return row[0] if row else None
+
+    asyncio.run(_cancel_a_waiting_lock(apsy, lambda c: c.info.backend_pid, fetchval, lambda c: c.transaction(), admin))
+
+
+def test_psycopg_async_lock_timeout_and_fix_message(admin: psycopg.Connection[Any]) -> None:
+    async def main() -> None:
+        conn = await apsy("waiter")
+        with pytest.raises(advlock.NotInTransaction, match=r"`async with conn\.transaction\(\):`"):
+            async with advlock.lock(conn, "account", 42, timeout=1):
+                pass
+        with connect("holder") as holder, holder.transaction():
+            assert advlock.try_lock(holder, "account", 42)
+            async with conn.transaction():
+                assert await advlock.try_lock(conn, "account", 42) is False
+            with pytest.raises(advlock.LockTimeout) as info:
+                async with conn.transaction(), advlock.lock(conn, "account", 42, timeout=0.2):
+                    pass
+            assert (info.value.pid, info.value.application_name) == (holder.info.backend_pid, "holder")
+        await conn.close()
+
+    asyncio.run(main())
