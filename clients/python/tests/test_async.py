@@ -11,9 +11,9 @@ from typing import Any
 import asyncpg
 import psycopg
 import pytest
-from conftest import DSN, advisory_locks, connect, waiting
 
 import advlock
+from conftest import DSN, advisory_locks, connect, waiting
 
 KEY42 = advlock.key("account", 42)
 
@@ -79,7 +79,7 @@ def test_asyncpg_pool_proxy_and_race_for_account_42(admin: psycopg.Connection[An
                 try:
                     async with advlock.lock(conn, "account", 42, timeout=0.2):
                         winner.append(conn.get_server_pid())
-                        await release.wait()
+                        await asyncio.wait_for(release.wait(), 10)
                         return "won"
                 except advlock.LockTimeout as e:
                     assert winner and e.pid == winner[0] and e.application_name == "pool"
@@ -115,7 +115,9 @@ async def _cancel_a_waiting_lock(
             await task
         # Nothing held or queued for that backend, at once, while the holder still holds.
         assert advisory_locks(admin, pid) == []
-        assert advisory_locks(admin, holder.info.backend_pid) == [(holder.info.backend_pid, True, "ExclusiveLock", KEY42)]
+        assert advisory_locks(admin, holder.info.backend_pid) == [
+            (holder.info.backend_pid, True, "ExclusiveLock", KEY42)
+        ]
         # The backend is idle, not still running the wait, and the connection works.
         row = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
         assert row == ("idle",)

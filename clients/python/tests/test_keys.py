@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import connect
 
 import advlock
+from conftest import connect
 
 VECTORS = Path(__file__).resolve().parents[3] / "pg_test" / "vectors" / "advlock_key_v1.json"
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import DSN, advisory_locks, connect, wait_until, waiting
 
 import advlock
+from conftest import DSN, advisory_locks, connect, wait_until, waiting
 
 KEY42 = advlock.key("account", 42)
 
@@ -29,8 +29,13 @@ def test_lock_is_held_until_commit_and_released_after(admin: psycopg.Connection[
 
 def test_shared_mode(admin: psycopg.Connection[Any]) -> None:
     with connect() as a, connect() as b, a.transaction(), b.transaction():
-        with advlock.lock(a, "report", "q3", timeout=1, shared=True), advlock.lock(b, "report", "q3", timeout=1, shared=True):
-            assert sorted(r[1:] for r in advisory_locks(admin)) == [(True, "ShareLock", advlock.key("report", "q3"))] * 2
+        with (
+            advlock.lock(a, "report", "q3", timeout=1, shared=True),
+            advlock.lock(b, "report", "q3", timeout=1, shared=True),
+        ):
+            assert (
+                sorted(r[1:] for r in advisory_locks(admin)) == [(True, "ShareLock", advlock.key("report", "q3"))] * 2
+            )
             with connect() as c, c.transaction():
                 assert advlock.try_lock(c, "report", "q3") is False  # exclusive conflicts with shared
 
@@ -78,7 +83,10 @@ def test_bounded_wait_of_200_ms_leaves_lock_timeout_unchanged(admin: psycopg.Con
             assert advlock.try_lock(holder, "account", 42)
             with conn.transaction():
                 start = time.monotonic()
-                with pytest.raises(advlock.LockTimeout, match="within 200 ms"), advlock.lock(conn, "account", 42, timeout=0.2):
+                with (
+                    pytest.raises(advlock.LockTimeout, match="within 200 ms"),
+                    advlock.lock(conn, "account", 42, timeout=0.2),
+                ):
                     pass
                 elapsed = time.monotonic() - start
                 # The server waited (≈200 ms), not the client: generous upper bound on a busy machine.

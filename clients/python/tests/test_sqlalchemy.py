@@ -8,12 +8,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import DSN, advisory_locks, connect
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 import advlock
+from conftest import DSN, advisory_locks, connect
 
 URL = make_url(DSN)
 KEY42 = advlock.key("account", 42)
@@ -47,7 +47,10 @@ def test_sync_autocommit_is_refused(admin: psycopg.Connection[Any]) -> None:
         create_engine(URL.set(drivername="postgresql+psycopg")).execution_options(isolation_level="AUTOCOMMIT"),
     ):
         with engine.connect() as conn:
-            with pytest.raises(advlock.NotInTransaction, match="AUTOCOMMIT"), advlock.lock(conn, "account", 42, timeout=1):
+            with (
+                pytest.raises(advlock.NotInTransaction, match="AUTOCOMMIT"),
+                advlock.lock(conn, "account", 42, timeout=1),
+            ):
                 pass
             assert advisory_locks(admin, backend_pid(conn)) == []
         engine.dispose()

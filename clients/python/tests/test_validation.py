@@ -10,9 +10,9 @@ import asyncpg
 import psycopg
 import psycopg_pool
 import pytest
-from conftest import DSN, connect
 
 import advlock
+from conftest import DSN, connect
 
 BAD_CALLS = [
     (lambda c: advlock.lock(c, "account", 42, timeout=-1), ValueError, "timeout"),
@@ -62,14 +62,16 @@ def test_asyncpg_bad_arguments_before_any_round_trip(call: Any, error: type[Exce
         ({"timeout": 1, "driver": "pg8000"}, ValueError, "driver"),
     ],
 )
-def test_session_lock_bad_arguments_before_connecting(kwargs: dict[str, Any], error: type[Exception], name: str) -> None:
+def test_session_lock_bad_arguments_before_connecting(
+    kwargs: dict[str, Any], error: type[Exception], name: str
+) -> None:
     args = {"ns": "migrate", **kwargs}
     with pytest.raises(error, match=rf"^{name}\b"):
         advlock.session_lock("host=/nonexistent port=1", **args)
 
 
 def test_not_a_connection() -> None:
-    with pytest.raises(TypeError, match="^conn: expected a psycopg, asyncpg or SQLAlchemy connection"):
+    with pytest.raises(TypeError, match=r"^conn: expected a psycopg, asyncpg or SQLAlchemy connection"):
         advlock.lock(DSN, "account", 42, timeout=1)  # type: ignore[call-overload]
     with psycopg_pool.ConnectionPool(DSN, min_size=1, max_size=1, open=True) as pool:
         with pytest.raises(TypeError, match=r"not a pool: `with pool.connection\(\) as conn:`"):

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Union, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 from ._drivers import AsyncAdapter, SyncAdapter, adapt, call_sql
 from ._errors import NotInTransaction, as_lock_timeout
@@ -21,14 +21,14 @@ if TYPE_CHECKING:
     import sqlalchemy.ext.asyncio
     import sqlalchemy.orm
 
-    SyncConnection = Union[psycopg.Connection[Any], sqlalchemy.engine.Connection, sqlalchemy.orm.Session]
-    AsyncConnection = Union[
-        psycopg.AsyncConnection[Any],
-        asyncpg.Connection,
-        asyncpg.pool.PoolConnectionProxy,
-        sqlalchemy.ext.asyncio.AsyncConnection,
-        sqlalchemy.ext.asyncio.AsyncSession,
-    ]
+    SyncConnection: TypeAlias = psycopg.Connection[Any] | sqlalchemy.engine.Connection | sqlalchemy.orm.Session
+    AsyncConnection: TypeAlias = (
+        psycopg.AsyncConnection[Any]
+        | asyncpg.Connection
+        | asyncpg.pool.PoolConnectionProxy
+        | sqlalchemy.ext.asyncio.AsyncConnection
+        | sqlalchemy.ext.asyncio.AsyncSession
+    )
 
 _INT4_MAX = 2**31 - 1
 

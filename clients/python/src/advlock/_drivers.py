@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 Row = tuple[Any, ...]
 
@@ -115,7 +115,7 @@ def _sa_bind(sql: str, args: Sequence[object]) -> tuple[Any, dict[str, object]]:
     from sqlalchemy import text
 
     names = [f"advlock_p{i}" for i in range(len(args))]
-    return text(sql.format(*[":" + n for n in names])), dict(zip(names, args))
+    return text(sql.format(*[":" + n for n in names])), dict(zip(names, args, strict=True))
 
 
 _SA_FIX = (
@@ -162,7 +162,7 @@ class _SAAsync(AsyncAdapter):
         return _SA_FIX if _sa_autocommit(connection.sync_connection, raw) else None
 
 
-Adapter = Union[SyncAdapter, AsyncAdapter]
+Adapter = SyncAdapter | AsyncAdapter
 
 
 def adapt(conn: object) -> Adapter:
