@@ -22,7 +22,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$sta
   rm -rf "$venv"
   if ! python3 -m venv "$venv" ||
      ! "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements-test.txt" ||
-     ! "$venv/bin/pip" install -q --disable-pip-version-check "$here[psycopg,asyncpg,sqlalchemy]"; then
+     ! "$venv/bin/pip" install -q --disable-pip-version-check "${here}[psycopg,asyncpg,sqlalchemy]"; then
     failed=1; report; exit 1
   fi
   echo "$stamp" >"$venv/.stamp"
@@ -35,6 +35,7 @@ cd "$here" || exit 1
 if "$venv/bin/ruff" check src tests; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 if "$venv/bin/mypy" --strict src/advlock; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
+# shellcheck source=SCRIPTDIR/../../pg_test/instance.sh disable=SC1091  # followed with shellcheck -x
 . "$repo/pg_test/instance.sh"
 port=${ADVLOCK_PY_PORT:-}
 if [ -z "$port" ]; then
