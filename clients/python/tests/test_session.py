@@ -7,6 +7,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import time
 from typing import Any
 
 import asyncpg
@@ -184,3 +185,31 @@ def test_a_lost_connection_is_reported_even_without_holding(admin: psycopg.Conne
     # The body never asks holding(): the loss is still raised on exit, not swallowed.
     with pytest.raises(advlock.LockLost), advlock.session_lock(DSN, "leader", "x", timeout=1.0) as held:
         admin.execute("SELECT pg_terminate_backend(%s, 5000)", (held.pid,))
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
+def test_cancelled_async_session_lock_leaves_no_waiter(driver: str, admin: psycopg.Connection[Any]) -> None:
+    """A task cancelled while session_lock() waits: the server-side wait ends and the
+    dedicated connection is gone, at once (not when the 30 s timeout would have run out)."""
+
+    async def main() -> None:
+        with advlock.session_lock(DSN, "migrate", timeout=1.0) as held:
+
+            async def wait() -> None:
+                async with advlock.session_lock(DSN, "migrate", timeout=30.0, driver=driver, application_name="w"):
+                    raise AssertionError("must not get the lock")
+
+            task = asyncio.create_task(wait())
+            deadline = time.monotonic() + 10
+            while not any(not r[1] for r in advisory_locks(admin)):
+                assert time.monotonic() < deadline, "the waiter never queued"
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            started = time.monotonic()
+            wait_until(lambda: backends(admin, "w") == [], 5.0, "the cancelled waiter's backend to end")
+            assert time.monotonic() - started < 5.0
+            assert advisory_locks(admin) == [(held.pid, True, "ExclusiveLock", KEY)]
+
+    asyncio.run(main())

@@ -7,6 +7,7 @@ a DSN, never a connection, opens its own connection, and unlocks and closes it o
 
 from __future__ import annotations
 
+import asyncio
 from types import TracebackType
 from typing import Any, Literal
 
@@ -188,10 +189,17 @@ class AsyncHeldLock(_Base):
         return bool(self._conn.closed or self._conn.broken)
 
     async def _close(self) -> None:
-        if self.driver == "asyncpg":
-            self._conn.terminate()  # immediate, cannot hang on a dead server; the server unlocks
-        else:
-            await self._conn.close()
+        if self.driver == "psycopg":
+            await self._conn.close()  # psycopg already waited for any cancel it sent
+            return
+        # asyncpg sends the cancel of a cancelled wait in the background; close() sends it
+        # before disconnecting (terminate() would drop it, and a backend waiting in the lock
+        # queue does not notice a vanished client until its wait ends). Bounded and shielded.
+        try:
+            await asyncio.shield(self._conn.close(timeout=10))
+        except BaseException:
+            self._conn.terminate()
+            raise
 
     async def holding(self) -> bool:
         """Whether this connection still holds the lock (advlock_holding). False, not an
