@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Python client's checks: ruff, mypy --strict, then pytest against a real PostgreSQL with
-# the advlock extension (started here with pg_test/instance.sh, stopped on exit).
+# the advlock extension, then against the SQL edition (one instance, started here with
+# pg_test/instance.sh, stopped on exit).
 # Appends "python-client PASSED FAILED" to $ADVLOCK_SUMMARY if set (ruff and mypy count as one
 # check each). Works as root on a fresh machine: the venv is built here, cached in
 # clients/python/.venv, and rebuilt when requirements-test.txt or pyproject.toml change.
@@ -47,17 +48,27 @@ fi
 work=$(mktemp -d /tmp/advlock-python.XXXXXX)
 chmod 755 "$work"
 trap 'instance_stop "$work"; rm -rf "$work"' EXIT
+psql_db() { "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -v ON_ERROR_STOP=1 "$@"; }
+# The same suite twice: on the extension, and on the SQL edition (edition/advlock_sql.sql,
+# same SQL API, for managed PostgreSQL) in a database without the extension.
 if ! instance_start "$work" "$port" ||
-   ! "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
-       -c "CREATE DATABASE advlock_python" -c "\\c advlock_python" -c "CREATE EXTENSION advlock"; then
+   ! psql_db -d postgres -c "CREATE DATABASE advlock_python" -c "CREATE DATABASE advlock_python_edition" ||
+   ! psql_db -d advlock_python -c "CREATE EXTENSION advlock"; then
   echo "python-client: could not start PostgreSQL with the advlock extension"
   failed=$((failed + 1)); report; exit 1
 fi
+if ! PGOPTIONS='-c search_path=public' psql_db -d advlock_python_edition -f "$repo/edition/advlock_sql.sql" >"$work/edition.log" 2>&1; then
+  cat "$work/edition.log"; echo "python-client: could not install the SQL edition"
+  failed=$((failed + 1))
+fi
 
-ADVLOCK_PY_DSN="postgresql://postgres@127.0.0.1:$port/advlock_python" \
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$work/junit.xml" tests
-rc=$?
-read -r p f < <("$venv/bin/python" - "$work/junit.xml" <<'PY'
+# run_pytest NAME DATABASE: pytest against DATABASE, counted from its JUnit report.
+run_pytest() {
+  echo "python-client: pytest against $1 (database $2)"
+  ADVLOCK_PY_DSN="postgresql://postgres@127.0.0.1:$port/$2" \
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$work/$1.xml" tests
+  local rc=$? p f
+  read -r p f < <("$venv/bin/python" - "$work/$1.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET
 try:
     root = ET.parse(sys.argv[1]).getroot()
@@ -69,7 +80,11 @@ bad = count("failures") + count("errors")
 print(count("tests") - bad - count("skipped"), bad)
 PY
 )
-passed=$((passed + p)) failed=$((failed + f))
-[ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || failed=$((failed + 1))   # pytest failed without a test failing
+  [ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || f=1   # pytest failed without a test failing
+  echo "python-client: $1: $p passed, $f failed"
+  passed=$((passed + p)) failed=$((failed + f))
+}
+run_pytest extension advlock_python
+run_pytest edition advlock_python_edition
 report
 [ "$failed" -eq 0 ]
