@@ -11,9 +11,11 @@ from typing import Any
 import asyncpg
 import psycopg
 import pytest
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 import advlock
-from conftest import DSN, advisory_locks, connect, waiting
+from conftest import DSN, advisory_locks, connect, wait_until, waiting
 
 KEY42 = advlock.key("account", 42)
 
@@ -94,15 +96,19 @@ def test_asyncpg_pool_proxy_and_race_for_account_42(admin: psycopg.Connection[An
 
 async def _cancel_a_waiting_lock(
     open_conn: Callable[[], Awaitable[Any]],
-    pid_of: Callable[[Any], int],
+    pid_of: Callable[[Any], Awaitable[int]],
     query: Callable[[Any, str], Awaitable[Any]],
     transaction: Callable[[Any], Any],
     admin: psycopg.Connection[Any],
+    reconnects: bool = False,
 ) -> None:
+    """`reconnects`: SQLAlchemy invalidates a connection whose statement was interrupted by
+    a BaseException (CancelledError) and closes the DBAPI connection: the backend is gone
+    rather than idle, and the AsyncConnection goes on with a new one."""
     with connect("holder") as holder, holder.transaction():
         assert advlock.try_lock(holder, "account", 42)
         conn = await open_conn()
-        pid = pid_of(conn)
+        pid = await pid_of(conn)
 
         async def wait_for_lock() -> None:
             async with transaction(conn), advlock.lock(conn, "account", 42, timeout=30.0):
@@ -118,21 +124,34 @@ async def _cancel_a_waiting_lock(
         assert advisory_locks(admin, holder.info.backend_pid) == [
             (holder.info.backend_pid, True, "ExclusiveLock", KEY42)
         ]
-        # The backend is idle, not still running the wait, and the connection works.
-        row = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-        assert row == ("idle",)
+        # The backend is idle (or gone), not still running the wait, and the connection works.
+        if reconnects:
+            wait_until(lambda: backend_state(admin, pid) is None, 5.0, "the invalidated connection's backend to end")
+        else:
+            assert backend_state(admin, pid) == "idle"
         assert await query(conn, "SELECT 41 + 1") == 42
+        if reconnects:
+            pid = await pid_of(conn)
     # And it can take the lock once it is free.
     async with transaction(conn), advlock.lock(conn, "account", 42, timeout=1.0):
         assert advisory_locks(admin, pid) == [(pid, True, "ExclusiveLock", KEY42)]
     await conn.close()
 
 
+def backend_state(admin: psycopg.Connection[Any], pid: int) -> str | None:
+    row = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+async def fetchval_pid(conn: asyncpg.Connection) -> int:
+    return int(await conn.fetchval("SELECT pg_backend_pid()"))
+
+
 def test_asyncpg_cancellation_leaves_nothing_held_or_queued(admin: psycopg.Connection[Any]) -> None:
     async def fetchval(conn: asyncpg.Connection, sql: str) -> Any:
         return await conn.fetchval(sql)
 
-    asyncio.run(_cancel_a_waiting_lock(apg, lambda c: c.get_server_pid(), fetchval, lambda c: c.transaction(), admin))
+    asyncio.run(_cancel_a_waiting_lock(apg, fetchval_pid, fetchval, lambda c: c.transaction(), admin))
 
 
 def test_psycopg_async_cancellation_leaves_nothing_held_or_queued(admin: psycopg.Connection[Any]) -> None:
@@ -141,7 +160,29 @@ def test_psycopg_async_cancellation_leaves_nothing_held_or_queued(admin: psycopg
         row = await cur.fetchone()
         return row[0] if row else None
 
-    asyncio.run(_cancel_a_waiting_lock(apsy, lambda c: c.info.backend_pid, fetchval, lambda c: c.transaction(), admin))
+    async def pid(conn: psycopg.AsyncConnection[Any]) -> int:
+        return int(await fetchval(conn, "SELECT pg_backend_pid()"))
+
+    asyncio.run(_cancel_a_waiting_lock(apsy, pid, fetchval, lambda c: c.transaction(), admin))
+
+
+@pytest.mark.parametrize("driver", ["postgresql+asyncpg", "postgresql+psycopg"])
+def test_sqlalchemy_async_cancellation(driver: str, admin: psycopg.Connection[Any]) -> None:
+    async def main() -> None:
+        engine = create_async_engine(make_url(DSN).set(drivername=driver))
+
+        async def fetchval(conn: AsyncConnection, sql: str) -> Any:
+            return (await conn.execute(text(sql))).scalar()
+
+        async def pid(conn: AsyncConnection) -> int:
+            value = int(await fetchval(conn, "SELECT pg_backend_pid()"))
+            await conn.commit()  # the pid query began a transaction: start the test from none
+            return value
+
+        await _cancel_a_waiting_lock(engine.connect, pid, fetchval, lambda c: c.begin(), admin, reconnects=True)
+        await engine.dispose()
+
+    asyncio.run(main())
 
 
 def test_psycopg_async_lock_timeout_and_fix_message(admin: psycopg.Connection[Any]) -> None:
