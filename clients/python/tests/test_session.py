@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 import psycopg
@@ -20,6 +20,7 @@ import advlock
 from conftest import DSN, advisory_locks, connect, wait_until
 
 KEY = advlock.key("migrate")
+Driver = Literal["psycopg", "asyncpg"]
 
 
 def backends(admin: psycopg.Connection[Any], app: str) -> list[int]:
@@ -44,7 +45,7 @@ def test_sync_session_lock_holds_until_exit_then_closes(admin: psycopg.Connectio
 
 
 @pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
-def test_async_session_lock(driver: str, admin: psycopg.Connection[Any]) -> None:
+def test_async_session_lock(driver: Driver, admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         async with advlock.session_lock(DSN, "migrate", timeout=1.0, driver=driver, application_name="m") as held:
             assert held.token > 0
@@ -166,7 +167,7 @@ def test_leader_election_with_fenced_write_after_termination(admin: psycopg.Conn
 
 
 @pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
-def test_async_leader_loses_its_connection(driver: str, admin: psycopg.Connection[Any]) -> None:
+def test_async_leader_loses_its_connection(driver: Driver, admin: psycopg.Connection[Any]) -> None:
     setup_fenced(admin)
 
     async def main() -> None:
@@ -188,7 +189,7 @@ def test_a_lost_connection_is_reported_even_without_holding(admin: psycopg.Conne
 
 
 @pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
-def test_cancelled_async_session_lock_leaves_no_waiter(driver: str, admin: psycopg.Connection[Any]) -> None:
+def test_cancelled_async_session_lock_leaves_no_waiter(driver: Driver, admin: psycopg.Connection[Any]) -> None:
     """A task cancelled while session_lock() waits: the server-side wait ends and the
     dedicated connection is gone, at once (not when the 30 s timeout would have run out)."""
 

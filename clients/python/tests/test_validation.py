@@ -18,12 +18,12 @@ BAD_CALLS = [
     (lambda c: advlock.lock(c, "account", 42, timeout=-1), ValueError, "timeout"),
     (lambda c: advlock.lock(c, "account", 42, timeout=float("nan")), ValueError, "timeout"),
     (lambda c: advlock.lock(c, "account", 42, timeout=True), TypeError, "timeout"),
-    (lambda c: advlock.lock(c, "account", 42, timeout="2"), TypeError, "timeout"),
+    (lambda c: advlock.lock(c, "account", 42, timeout="2"), TypeError, "timeout"),  # type: ignore[arg-type]
     (lambda c: advlock.lock(c, "account", 42, timeout=3e6), ValueError, "timeout"),
     (lambda c: advlock.lock(c, "", 42, timeout=1), ValueError, "ns"),
     (lambda c: advlock.lock(c, "account", True, timeout=1), TypeError, "id"),
-    (lambda c: advlock.lock(c, "account", 42, timeout=1, shared="yes"), TypeError, "shared"),
-    (lambda c: advlock.try_lock(c, "account", None), TypeError, "id"),
+    (lambda c: advlock.lock(c, "account", 42, timeout=1, shared="yes"), TypeError, "shared"),  # type: ignore[arg-type]
+    (lambda c: advlock.try_lock(c, "account", None), TypeError, "id"),  # type: ignore[call-overload]
     (lambda c: advlock.try_lock(c, "account", 1, timeout=-0.5), ValueError, "timeout"),
     (lambda c: advlock.lock_all(c, "account", [], timeout=1), ValueError, "ids"),
     (lambda c: advlock.lock_all(c, "account", "42", timeout=1), TypeError, "ids"),
@@ -72,7 +72,7 @@ def test_session_lock_bad_arguments_before_connecting(
 
 def test_not_a_connection() -> None:
     with pytest.raises(TypeError, match=r"^conn: expected a psycopg, asyncpg or SQLAlchemy connection"):
-        advlock.lock(DSN, "account", 42, timeout=1)  # type: ignore[call-overload]
+        advlock.lock(DSN, "account", 42, timeout=1)  # type: ignore[arg-type]
     with psycopg_pool.ConnectionPool(DSN, min_size=1, max_size=1, open=True) as pool:
         with pytest.raises(TypeError, match=r"not a pool: `with pool.connection\(\) as conn:`"):
             advlock.try_lock(pool, "account", 42)  # type: ignore[call-overload]

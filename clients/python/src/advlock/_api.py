@@ -7,28 +7,33 @@ from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeAlias, overload
+from typing import Protocol, TypeAlias, overload
 
 from ._drivers import AsyncAdapter, SyncAdapter, adapt, call_sql
 from ._errors import NotInTransaction, as_lock_timeout
 from ._key import check_ns, id_text, key
 
-if TYPE_CHECKING:
-    import asyncpg
-    import asyncpg.pool
-    import psycopg
-    import sqlalchemy.engine
-    import sqlalchemy.ext.asyncio
-    import sqlalchemy.orm
 
-    SyncConnection: TypeAlias = psycopg.Connection[Any] | sqlalchemy.engine.Connection | sqlalchemy.orm.Session
-    AsyncConnection: TypeAlias = (
-        psycopg.AsyncConnection[Any]
-        | asyncpg.Connection
-        | asyncpg.pool.PoolConnectionProxy
-        | sqlalchemy.ext.asyncio.AsyncConnection
-        | sqlalchemy.ext.asyncio.AsyncSession
-    )
+# The connection types, structurally: a blocking connection's commit() returns None (psycopg
+# Connection, SQLAlchemy Connection and Session), an asyncio one's returns an awaitable
+# (psycopg AsyncConnection, SQLAlchemy AsyncConnection and AsyncSession). Protocols rather than
+# the drivers' classes, so the overloads stay right for a user who has only some drivers
+# installed (a missing import would be Any and swallow every call into the first overload).
+class SyncConnection(Protocol):
+    def commit(self) -> None: ...
+
+
+class _AwaitableCommit(Protocol):
+    def commit(self) -> Awaitable[None]: ...
+
+
+class _AsyncpgConnection(Protocol):
+    # asyncpg Connection and pool proxies (asyncpg ships no types: to mypy they are Any,
+    # which matches any protocol; naming asyncpg's classes here would make this union Any).
+    def is_in_transaction(self) -> bool: ...
+
+
+AsyncConnection: TypeAlias = _AwaitableCommit | _AsyncpgConnection
 
 _INT4_MAX = 2**31 - 1
 
