@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import Any
@@ -159,3 +160,11 @@ def test_holders(admin: psycopg.Connection[Any]) -> None:
 def _wait_briefly(conn: psycopg.Connection[Any]) -> None:
     with conn.transaction(), advlock.lock(conn, "account", 42, timeout=10):
         pass
+
+
+def test_lock_without_with_warns_that_nothing_was_taken(admin: psycopg.Connection[Any]) -> None:
+    with connect() as conn, conn.transaction():
+        with pytest.warns(RuntimeWarning, match="never entered, so no lock was taken"):
+            advlock.lock(conn, "account", 42, timeout=1)  # the trap: no `with`
+            gc.collect()
+        assert advisory_locks(admin, conn.info.backend_pid) == []

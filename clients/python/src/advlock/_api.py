@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -82,8 +83,21 @@ class XactLock:
         self.ns = ns
         self.ids = tuple(ids)
         self.keys = tuple(key(ns, i) for i in ids)
+        self._entered = False
+
+    def __del__(self) -> None:
+        # `advlock.lock(conn, ...)` alone, without `with`, takes no lock: say so, as Python
+        # does for a coroutine that is never awaited.
+        if not getattr(self, "_entered", True):
+            warnings.warn(
+                f"advlock.{self._what}() was never entered, so no lock was taken: use `with advlock.{self._what}(...):`"
+                f" (or `async with`)",
+                RuntimeWarning,
+                stacklevel=1,
+            )
 
     def __enter__(self) -> XactLock:
+        self._entered = True
         if not isinstance(self._adapter, SyncAdapter):
             raise TypeError(f"advlock.{self._what}() on an asyncio connection: use `async with`")
         _check_sync(self._adapter, self._what)
@@ -100,6 +114,7 @@ class XactLock:
         return None
 
     async def __aenter__(self) -> XactLock:
+        self._entered = True
         if not isinstance(self._adapter, AsyncAdapter):
             raise TypeError(f"advlock.{self._what}() on a blocking connection: use `with`, not `async with`")
         await _check_async(self._adapter, self._what)
