@@ -7,6 +7,7 @@
 #      more with tiny label/namespace capacities (full tables); the monitoring suite (promtool,
 #      a real postgres_exporter) runs plain with the others, then again preloaded
 #   3. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
+#   3b. clients/python/run_tests.sh  the Python client: ruff, mypy --strict, pytest on a real instance
 #   4. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
 #   4b. pg_test/edition/run.sh       the SQL edition (edition/advlock_sql.sql) on every major:
 #      the same regress + isolation suites, key vectors, race stress, the docs' edition examples; its
@@ -92,6 +93,11 @@ bash "$repo/docs/keys/verify/run.sh" 2>&1 | tee "$keylog"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 sed -n 's/^keys: \([0-9]*\) passed, \([0-9]*\) failed$/keys \1 \2/p' "$keylog" >>"$summary"
 grep -q '^keys: ' "$keylog" || echo "keys 0 1" >>"$summary"
+
+# --- the Python client (clients/python): ruff, mypy --strict, pytest against its own instance
+# of PostgreSQL 17 with the extension installed above. Counted as python-client. ---
+section "Python client (clients/python)"
+bash "$repo/clients/python/run_tests.sh" || status=1
 
 # --- the SQL edition (pg_test/edition): regress, isolation, key vectors, grant/timeout race and
 # the docs' edition examples (README.md, docs/sql-edition.md) against edition/advlock_sql.sql in databases without the extension, on

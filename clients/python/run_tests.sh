@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The Python client's checks: ruff, mypy --strict, then pytest against a real PostgreSQL with
+# the advlock extension, then against the SQL edition (one instance, started here with
+# pg_test/instance.sh, stopped on exit).
+# Appends "python-client PASSED FAILED" to $ADVLOCK_SUMMARY if set (ruff and mypy count as one
+# check each). Works as root on a fresh machine: the venv is built here, cached in
+# clients/python/.venv, and rebuilt when requirements-test.txt or pyproject.toml change.
+# ADVLOCK_PY_PORT picks the port (default: the first free one from 5433).
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+summary=${ADVLOCK_SUMMARY:-/dev/null}
+venv="$here/.venv"
+passed=0 failed=0
+report() {
+  echo "python-client $passed $failed" >>"$summary"
+  echo "python-client: $passed passed, $failed failed"
+}
+
+stamp=$(cat "$here/requirements-test.txt" "$here/pyproject.toml" | sha256sum | cut -d' ' -f1)
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$stamp" ]; then
+  echo "python-client: creating $venv"
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv" ||
+     ! "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements-test.txt" ||
+     ! "$venv/bin/pip" install -q --disable-pip-version-check "${here}[psycopg,asyncpg,sqlalchemy]"; then
+    failed=1; report; exit 1
+  fi
+  echo "$stamp" >"$venv/.stamp"
+fi
+# The package as it is in the work tree now (the extras are already installed).
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall "$here" ||
+  { failed=1; report; exit 1; }
+
+cd "$here" || exit 1
+if "$venv/bin/ruff" check src tests; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+# The tests too: they pin what the overloads return (bool vs Awaitable[bool]).
+if "$venv/bin/mypy" --strict src/advlock tests; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+
+# shellcheck source=SCRIPTDIR/../../pg_test/instance.sh disable=SC1091  # followed with shellcheck -x
+. "$repo/pg_test/instance.sh"
+port=${ADVLOCK_PY_PORT:-}
+if [ -z "$port" ]; then
+  # The first port nobody listens on (PostgreSQL's socket lock file is in our own directory).
+  for port in $(seq 5433 5533); do
+    (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+  done
+fi
+work=$(mktemp -d /tmp/advlock-python.XXXXXX)
+chmod 755 "$work"
+trap 'instance_stop "$work"; rm -rf "$work"' EXIT
+psql_db() { "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -v ON_ERROR_STOP=1 "$@"; }
+# The same suite twice: on the extension, and on the SQL edition (edition/advlock_sql.sql,
+# same SQL API, for managed PostgreSQL) in a database without the extension.
+if ! instance_start "$work" "$port" ||
+   ! psql_db -d postgres -c "CREATE DATABASE advlock_python" -c "CREATE DATABASE advlock_python_edition" ||
+   ! psql_db -d advlock_python -c "CREATE EXTENSION advlock"; then
+  echo "python-client: could not start PostgreSQL with the advlock extension"
+  failed=$((failed + 1)); report; exit 1
+fi
+if ! PGOPTIONS='-c search_path=public' psql_db -d advlock_python_edition -f "$repo/edition/advlock_sql.sql" >"$work/edition.log" 2>&1; then
+  cat "$work/edition.log"; echo "python-client: could not install the SQL edition"
+  failed=$((failed + 1))
+fi
+
+# run_pytest NAME DATABASE: pytest against DATABASE, counted from its JUnit report.
+run_pytest() {
+  echo "python-client: pytest against $1 (database $2)"
+  ADVLOCK_PY_DSN="postgresql://postgres@127.0.0.1:$port/$2" \
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$work/$1.xml" tests
+  local rc=$? p f
+  read -r p f < <("$venv/bin/python" - "$work/$1.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except Exception:
+    print(0, 1); sys.exit()
+suites = [root] if root.tag == "testsuite" else list(root)
+count = lambda k: sum(int(s.get(k, 0)) for s in suites)
+bad = count("failures") + count("errors")
+print(count("tests") - bad - count("skipped"), bad)
+PY
+)
+  [ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || f=1   # pytest failed without a test failing
+  echo "python-client: $1: $p passed, $f failed"
+  passed=$((passed + p)) failed=$((failed + f))
+}
+run_pytest extension advlock_python
+run_pytest edition advlock_python_edition
+report
+[ "$failed" -eq 0 ]

@@ -1,0 +1,235 @@
+"""Transaction-scope locks and diagnostics on a connection the caller already has."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Protocol, TypeAlias, overload
+
+from ._drivers import AsyncAdapter, SyncAdapter, adapt, call_sql
+from ._errors import NotInTransaction, as_lock_timeout
+from ._key import check_ns, id_text, key
+
+
+# The connection types, structurally: a blocking connection's commit() returns None (psycopg
+# Connection, SQLAlchemy Connection and Session), an asyncio one's returns an awaitable
+# (psycopg AsyncConnection, SQLAlchemy AsyncConnection and AsyncSession). Protocols rather than
+# the drivers' classes, so the overloads stay right for a user who has only some drivers
+# installed (a missing import would be Any and swallow every call into the first overload).
+class SyncConnection(Protocol):
+    def commit(self) -> None: ...
+
+
+class _AwaitableCommit(Protocol):
+    def commit(self) -> Awaitable[None]: ...
+
+
+class _AsyncpgConnection(Protocol):
+    # asyncpg Connection and pool proxies (asyncpg ships no types: to mypy they are Any,
+    # which matches any protocol; naming asyncpg's classes here would make this union Any).
+    def is_in_transaction(self) -> bool: ...
+
+
+AsyncConnection: TypeAlias = _AwaitableCommit | _AsyncpgConnection
+
+_INT4_MAX = 2**31 - 1
+
+
+def timeout_ms(timeout: object, name: str = "timeout") -> int:
+    """Seconds (int or float) to the server's timeout_ms, checked before any round trip."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(timeout).__name__}")
+    if not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {timeout!r}")
+    ms = round(timeout * 1000)
+    if timeout > 0:
+        ms = max(ms, 1)  # a positive timeout must not silently become a pure try
+    if ms > _INT4_MAX:
+        raise ValueError(f"{name} must be at most {_INT4_MAX / 1000:.0f} seconds, got {timeout!r}")
+    return ms
+
+
+def mode_of(shared: object) -> str:
+    if not isinstance(shared, bool):
+        raise TypeError(f"shared must be a bool, got {type(shared).__name__}")
+    return "shared" if shared else "exclusive"
+
+
+def _check_sync(adapter: SyncAdapter, what: str) -> None:
+    problem = adapter.xact_problem()
+    if problem is not None:
+        raise NotInTransaction(f"advlock.{what}() takes a transaction-scope lock, but {problem}")
+
+
+async def _check_async(adapter: AsyncAdapter, what: str) -> None:
+    problem = await adapter.xact_problem()
+    if problem is not None:
+        raise NotInTransaction(f"advlock.{what}() takes a transaction-scope lock, but {problem}")
+
+
+class XactLock:
+    """What lock() and lock_all() return: use it with `with` (blocking connections) or
+    `async with` (asyncio ones). The lock is taken on entry with a server-side bounded wait
+    and released by the server at COMMIT/ROLLBACK of the enclosing transaction; PostgreSQL
+    cannot release a transaction-scope lock earlier, so leaving the block releases nothing."""
+
+    def __init__(self, conn: object, what: str, sql: str, args: Sequence[object], ns: str, ids: Sequence[str]) -> None:
+        self._adapter = adapt(conn)
+        self._what, self._sql, self._args = what, sql, args
+        self.ns = ns
+        self.ids = tuple(ids)
+        self.keys = tuple(key(ns, i) for i in ids)
+        self._entered = False
+
+    def __del__(self) -> None:
+        # `advlock.lock(conn, ...)` alone, without `with`, takes no lock: say so, as Python
+        # does for a coroutine that is never awaited.
+        if not getattr(self, "_entered", True):
+            warnings.warn(
+                f"advlock.{self._what}() was never entered, so no lock was taken: use `with advlock.{self._what}(...):`"
+                f" (or `async with`)",
+                RuntimeWarning,
+                stacklevel=1,
+            )
+
+    def __enter__(self) -> XactLock:
+        self._entered = True
+        if not isinstance(self._adapter, SyncAdapter):
+            raise TypeError(f"advlock.{self._what}() on an asyncio connection: use `async with`")
+        _check_sync(self._adapter, self._what)
+        try:
+            self._adapter.query(self._sql, self._args)
+        except Exception as e:
+            timeout = as_lock_timeout(e)
+            if timeout is None:
+                raise
+            raise timeout from e
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
+        return None
+
+    async def __aenter__(self) -> XactLock:
+        self._entered = True
+        if not isinstance(self._adapter, AsyncAdapter):
+            raise TypeError(f"advlock.{self._what}() on a blocking connection: use `with`, not `async with`")
+        await _check_async(self._adapter, self._what)
+        try:
+            await self._adapter.query(self._sql, self._args)
+        except Exception as e:
+            timeout = as_lock_timeout(e)
+            if timeout is None:
+                raise
+            raise timeout from e
+        return self
+
+    async def __aexit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
+        return None
+
+
+def lock(
+    conn: SyncConnection | AsyncConnection, ns: str, id: str | int = "", *, timeout: float, shared: bool = False
+) -> XactLock:
+    """Lock (ns, id) for the rest of the current transaction, waiting at most `timeout`
+    seconds in the server's lock queue (advlock_lock_with_timeout); LockTimeout names the
+    holder. The timeout is required: an unbounded wait is the trap advlock removes."""
+    text = id_text(id)
+    args = [check_ns(ns), text, timeout_ms(timeout), mode_of(shared)]
+    sql = call_sql("advlock_lock_with_timeout", "text", "text", "int4")
+    return XactLock(conn, "lock", sql, args, ns, [text])
+
+
+def lock_all(
+    conn: SyncConnection | AsyncConnection, ns: str, ids: Iterable[str | int], *, timeout: float, shared: bool = False
+) -> XactLock:
+    """Lock every (ns, id) or none, within one overall deadline of `timeout` seconds
+    (advlock_lock_all_with_timeout: ascending key order, so callers never deadlock each other)."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError("ids must be a list of ids, not a single str")
+    texts = [id_text(i, "ids element") for i in ids]
+    if not texts:
+        raise ValueError("ids must not be empty")
+    args: list[object] = [check_ns(ns), texts, timeout_ms(timeout), mode_of(shared)]
+    sql = call_sql("advlock_lock_all_with_timeout", "text", "text[]", "int4")
+    return XactLock(conn, "lock_all", sql, args, ns, texts)
+
+
+@overload
+def try_lock(
+    conn: SyncConnection, ns: str, id: str | int = "", *, timeout: float = 0, shared: bool = False
+) -> bool: ...
+@overload
+def try_lock(
+    conn: AsyncConnection, ns: str, id: str | int = "", *, timeout: float = 0, shared: bool = False
+) -> Awaitable[bool]: ...
+def try_lock(
+    conn: SyncConnection | AsyncConnection, ns: str, id: str | int = "", *, timeout: float = 0, shared: bool = False
+) -> bool | Awaitable[bool]:
+    """Take (ns, id) for the rest of the transaction if it is free (or frees up within
+    `timeout` seconds, default 0: no wait): True when held, False when not. Await the result
+    on an asyncio connection."""
+    args = [check_ns(ns), id_text(id), timeout_ms(timeout), mode_of(shared)]
+    sql = call_sql("advlock_try_with_timeout", "text", "text", "int4")
+    adapter = adapt(conn)
+    if isinstance(adapter, SyncAdapter):
+        _check_sync(adapter, "try_lock")
+        return bool(adapter.query(sql, args)[0][0])
+
+    async def run(a: AsyncAdapter) -> bool:
+        await _check_async(a, "try_lock")
+        return bool((await a.query(sql, args))[0][0])
+
+    return run(adapter)
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    """One row of advlock_holders: a holder (granted) or a waiter of an advisory lock."""
+
+    key: int | None
+    mode: str
+    granted: bool
+    pid: int
+    application_name: str | None
+    backend_state: str | None
+    idle_for: timedelta | None
+    is_idle_holder: bool | None
+    waiting_since: datetime | None
+    blocked_by: list[int] | None
+    label: str | None  # ns:id, preloaded mode only
+    scope: str | None  # preloaded mode only
+    held_since: datetime | None  # preloaded mode only
+
+
+_HOLDERS_SQL = (
+    "SELECT key, mode, granted, pid, application_name, backend_state, idle_for, is_idle_holder,"
+    " waiting_since, blocked_by, label, scope, held_since FROM advlock_holders"
+)
+
+
+@overload
+def holders(conn: SyncConnection, ns: str | None = None, id: str | int = "") -> list[LockEntry]: ...
+@overload
+def holders(conn: AsyncConnection, ns: str | None = None, id: str | int = "") -> Awaitable[list[LockEntry]]: ...
+def holders(
+    conn: SyncConnection | AsyncConnection, ns: str | None = None, id: str | int = ""
+) -> list[LockEntry] | Awaitable[list[LockEntry]]:
+    """The rows of advlock_holders (holders first, then waiters, by key and pid); with ns,
+    only those of the lock key(ns, id). Await the result on an asyncio connection."""
+    if ns is None:
+        sql, args = _HOLDERS_SQL, []
+    else:
+        sql, args = _HOLDERS_SQL + " WHERE key = CAST({} AS int8)", [key(ns, id)]
+    sql += " ORDER BY NOT granted, key, pid"
+    adapter = adapt(conn)
+    if isinstance(adapter, SyncAdapter):
+        return [LockEntry(*row) for row in adapter.query(sql, args)]
+
+    async def run(a: AsyncAdapter) -> list[LockEntry]:
+        return [LockEntry(*row) for row in await a.query(sql, args)]
+
+    return run(adapter)

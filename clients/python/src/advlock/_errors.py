@@ -1,0 +1,100 @@
+"""advlock's exceptions, and the mapping from the server's 55P03 lock-timeout error."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+class Error(Exception):
+    """Base class of every advlock error."""
+
+
+class NotInTransaction(Error):
+    """An xact-scope lock was asked for outside a transaction block: it would end with the
+    statement, protecting nothing."""
+
+
+class LockTimeout(Error):
+    """The lock stayed busy for the whole bounded wait (SQLSTATE 55P03).
+
+    `holders` lists who held it when the wait ended, parsed from the server's DETAIL
+    ("Held by PID 365 (application_name 'worker', state 'idle')."); it is empty when the holder
+    let go just after the wait ended."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message if not detail else f"{message}\nDETAIL: {detail}")
+        self.detail = detail
+        self.holders: tuple[Holder, ...] = parse_holders(detail)
+
+    @property
+    def pid(self) -> int | None:
+        """The (first) holder's backend pid, if the server named one."""
+        return self.holders[0].pid if self.holders else None
+
+    @property
+    def application_name(self) -> str | None:
+        """The (first) holder's application_name, if the server named one."""
+        return self.holders[0].application_name if self.holders else None
+
+
+class LockLost(Error):
+    """A session lock's connection was lost (or the lock was gone at unlock time): whatever
+    the body did after that was not protected. Never swallowed: raised on exit."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One holder named in a lock-timeout DETAIL."""
+
+    pid: int
+    application_name: str | None
+    state: str | None
+
+
+# The DETAIL is built with format('PID %s (application_name %s, state %s)', pid,
+# quote_literal(app), quote_literal(state)); quote_literal gives '' for a quote, an E'' string
+# when a backslash is present, and NULL (printed as nothing) for NULL.
+_LITERAL = r"(E?'(?:[^']|'')*'|)"
+_HOLDER = re.compile(rf"PID (\d+) \(application_name {_LITERAL}, state {_LITERAL}\)")
+
+
+def _unquote(literal: str) -> str | None:
+    if literal == "":
+        return None
+    body = literal[2:-1] if literal.startswith("E") else literal[1:-1]
+    body = body.replace("''", "'")
+    return body.replace("\\\\", "\\") if literal.startswith("E") else body
+
+
+def parse_holders(detail: str | None) -> tuple[Holder, ...]:
+    if not detail:
+        return ()
+    return tuple(Holder(int(pid), _unquote(app), _unquote(state)) for pid, app, state in _HOLDER.findall(detail))
+
+
+def as_lock_timeout(exc: BaseException) -> LockTimeout | None:
+    """The LockTimeout for a driver error that is (or wraps) SQLSTATE 55P03, else None.
+
+    Drivers differ: psycopg has .sqlstate and .diag.message_detail, asyncpg .sqlstate and
+    .detail, SQLAlchemy wraps either in .orig (its asyncpg adapter chains the original as
+    __cause__). Walk the chain instead of importing any of them."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    found: LockTimeout | None = None
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if getattr(e, "sqlstate", None) == "55P03":
+            diag = getattr(e, "diag", None)
+            detail = getattr(diag, "message_detail", None) if diag is not None else getattr(e, "detail", None)
+            message = getattr(diag, "message_primary", None) if diag is not None else getattr(e, "message", None)
+            candidate = LockTimeout(str(message or e), detail if isinstance(detail, str) else None)
+            if candidate.detail:
+                return candidate
+            found = found or candidate  # a wrapper without the DETAIL: keep looking for the original
+        orig = getattr(e, "orig", None)
+        todo += [orig if isinstance(orig, BaseException) else None, e.__cause__, e.__context__]
+    return found

@@ -1,0 +1,31 @@
+"""Every ```python block of clients/python/README.md runs as written (DATABASE_URL set)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import DSN
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCKS = re.findall(r"^```python\n(.*?)^```$", README.read_text(encoding="utf-8"), re.S | re.M)
+
+
+def test_readme_has_examples() -> None:
+    assert len(BLOCKS) >= 7
+    assert len(re.findall(r"# -> ", "".join(BLOCKS))) >= 4
+
+
+@pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i + 1}" for i in range(len(BLOCKS))])
+def test_readme_example_runs(code: str) -> None:
+    env = {**os.environ, "DATABASE_URL": DSN}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"{code}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    # `# -> text`: output the example promises.
+    for expected in re.findall(r"# -> (.+)$", code, re.M):
+        assert expected.strip() in done.stdout, f"{expected!r} not in the output:\n{done.stdout}"
