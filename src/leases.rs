@@ -258,19 +258,23 @@ impl Refusal {
 /// the next expiry of the key's leases, to settle it; the others are woken by whoever changes
 /// the key. A grant that races the deadline is kept: the reservation is checked last.
 fn wait_for_grant(waiter: usize, database: u32, key: i64, deadline: i64) -> Option<usize> {
+    // `take` settled the key when it queued: the first look needs no settling.
+    let mut settle = false;
     loop {
         // SAFETY: MyLatch is this backend's own latch; reset before checking, as WaitLatch wants.
         unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
         let now = shmem::now();
         let (reserved, wake_at) = table::with_table(true, |t| {
-            t.settle(database, key, now);
+            if settle {
+                t.settle(database, key, now);
+            }
             let reserved = t.reservation(waiter);
             if reserved.is_none() && now >= deadline {
                 t.dequeue(waiter);
                 t.count_timed_out();
                 t.settle(database, key, now);
             }
-            let next_expiry = if t.is_head(waiter) {
+            let next_expiry = if reserved.is_none() && t.is_head(waiter) {
                 t.next_expiry(database, key)
             } else {
                 None
@@ -284,6 +288,7 @@ fn wait_for_grant(waiter: usize, database: u32, key: i64, deadline: i64) -> Opti
         if now >= deadline {
             return None;
         }
+        settle = true;
         let until = wake_at.map_or(deadline, |expiry| expiry.min(deadline));
         let ms = (until - now + 999) / 1000;
         // SAFETY: waits on this backend's latch; WL_EXIT_ON_PM_DEATH ends the process if the

@@ -14,7 +14,7 @@ import time
 import traceback
 
 from . import (case_acquire, case_edition, case_handoff, case_holders, case_keys, case_keysets,
-               case_preload, case_timeout, case_tokens)
+               case_leases, case_preload, case_timeout, case_tokens)
 from .common import Ctx, HarnessError, log, md_table
 
 CASES = [
@@ -27,6 +27,7 @@ CASES = [
     ("7", "Ten keys at once: one array call vs single calls vs the unnest idiom", case_keysets),
     ("8", "Fencing tokens: token acquisition vs plain acquisition", case_tokens),
     ("9", "SQL edition vs extension: keys and uncontended acquire", case_edition),
+    ("10", "Leases: cost, hand-off on release and on expiry, memory", case_leases),
 ]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -254,33 +254,38 @@ impl Table {
     /// Grants what can be granted on `key` (see the module comment). Returns whether a free
     /// slot of the key could not be reserved because the lease table is full.
     pub fn settle(&mut self, database: u32, key: i64, now: i64) -> bool {
-        for i in 0..self.leases.len() {
-            let l = &mut self.leases[i];
-            if l.database != database || l.key != key {
+        // One pass over the key's leases: free the expired and those reserved for a vanished
+        // waiter (defensive: exit callbacks remove those), count the rest.
+        let (mut live, mut slots, mut expired) = (0u32, None, 0u64);
+        for l in self.leases.iter_mut() {
+            if l.state == State::Free || l.database != database || l.key != key {
                 continue;
             }
             match l.state {
                 State::Held if l.expires_at <= now => {
                     l.state = State::Free;
-                    self.counters_mut().expired += 1;
+                    expired += 1;
                 }
-                // A waiter that vanished without its exit callback (defensive).
                 State::Pending if !shmem::backend_alive(l.procno, l.pid) => l.state = State::Free,
-                _ => {}
+                _ => {
+                    live += 1;
+                    slots = Some(l.slots);
+                }
             }
         }
+        self.counters_mut().expired += expired;
         for w in self.waiters.iter_mut() {
-            if w.pid != 0 && !shmem::backend_alive(w.procno, w.pid) {
+            if w.pid == 0 || w.database != database || w.key != key {
+                continue;
+            }
+            if shmem::backend_alive(w.procno, w.pid) {
+                slots = slots.or(Some(w.slots));
+            } else {
                 w.pid = 0;
                 w.reserved = NONE;
             }
         }
-        let mut live = self
-            .leases
-            .iter()
-            .filter(|l| l.state != State::Free && l.database == database && l.key == key)
-            .count() as u32;
-        let Some(slots) = self.slots_in_use(database, key) else {
+        let Some(slots) = slots else {
             return false;
         };
         while live < slots {
