@@ -10,7 +10,9 @@ use crate::provisional;
 use crate::server_text::ServerText;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::prelude::*;
-use std::time::Instant;
+use crate::diagnostics::describe_holders;
+use crate::lockmgr::Taken;
+use std::time::{Duration, Instant};
 
 const TRY: &str = "advlock_try_with_timeout";
 const LOCK: &str = "advlock_lock_with_timeout";
@@ -49,23 +51,56 @@ pub(crate) fn acquire(
     mode: Mode,
 ) -> bool {
     preflight(function, scope);
-    if lockmgr::try_acquire(target.key, mode, scope) {
-        stats::count(target, Outcome::Immediate);
-        took(target, scope, mode);
-        return true;
-    }
-    if timeout_ms == 0 {
-        stats::count(target, Outcome::Busy);
-        return false;
-    }
-    // Counted however the wait ends, an error (deadlock, cancel) included.
-    let wait = stats::Wait::start(target);
-    let acquired = lockmgr::acquire_within(target.key, mode, scope, timeout_ms);
-    wait.end(acquired);
+    let acquired = take_one(target, scope, mode, timeout_ms).is_some();
     if acquired {
         took(target, scope, mode);
     }
     acquired
+}
+
+/// The one acquisition algorithm, for a single key and for each key of a set: a no-wait try,
+/// then (only if busy and `wait_ms` > 0) a wait in the lock manager's queue, each outcome
+/// counted per namespace when preloaded. None when the lock was not obtained.
+pub(crate) fn take_one(target: &Target, scope: Scope, mode: Mode, wait_ms: i32) -> Option<Taken> {
+    if lockmgr::try_acquire(target.key, mode, scope) {
+        stats::count(target, Outcome::Immediate);
+        return Some(Taken::AtOnce);
+    }
+    if wait_ms == 0 {
+        stats::count(target, Outcome::Busy);
+        return None;
+    }
+    // Counted however the wait ends, an error (deadlock, cancel) included.
+    let wait = stats::Wait::start(target);
+    let acquired = lockmgr::acquire_within(target.key, mode, scope, wait_ms);
+    wait.end(acquired);
+    acquired.then_some(Taken::AfterWait)
+}
+
+/// 55P03, the one error of a bounded wait that ran out: what was asked (`asked`, after "could
+/// not obtain <mode> "), how long it waited, what was busy (`busy`, appended when the call asked
+/// for several keys), and in the DETAIL who holds the busy key, then `also`.
+pub(crate) fn lock_not_available(
+    mode: Mode,
+    asked: &str,
+    busy: Option<&Target>,
+    busy_key: i64,
+    timeout_ms: i32,
+    waited: Duration,
+    also: &str,
+) -> ! {
+    let busy = busy.map_or(String::new(), |t| format!(": {} is busy", t.describe()));
+    Report::new(
+        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+        format!(
+            "could not obtain {} {asked} within {timeout_ms} ms (waited {} ms){busy}",
+            mode.word(),
+            waited.as_millis()
+        ),
+    )
+    .detail(format!("{}{also}", describe_holders(busy_key, mode)))
+    .hint("Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.")
+    .raise()
 }
 
 /// Bookkeeping of one granted hold: its label, and (session scope) its release should the
@@ -100,20 +135,8 @@ fn lock_with_timeout(
     let mode = Mode::parse(mode, LOCK);
     let started = Instant::now();
     if !acquire(LOCK, &target, timeout_ms, scope, mode) {
-        let waited = started.elapsed().as_millis();
-        let mut report = Report::new(
-            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-            format!(
-                "could not obtain {} advisory lock on {} within {timeout_ms} ms (waited {waited} ms)",
-                mode.word(),
-                target.describe()
-            ),
-        )
-        .hint("Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.");
-        if let Some(holders) = crate::diagnostics::describe_holders(target.key, mode) {
-            report = report.detail(holders);
-        }
-        report.raise();
+        let asked = format!("advisory lock on {}", target.describe());
+        lock_not_available(mode, &asked, None, target.key, timeout_ms, started.elapsed(), "");
     }
 }
 

@@ -35,7 +35,7 @@ pub fn backends_of_my_database() -> HashMap<i32, Activity> {
         let me = pg_sys::GetUserId();
         let all_stats =
             pg_sys::has_privs_of_role(me, pg_sys::Oid::from(pg_sys::ROLE_PG_READ_ALL_STATS));
-        let database = pg_sys::MyDatabaseId;
+        let database = pg_sys::Oid::from(crate::backend::database());
         let mut visible_role: HashMap<pg_sys::Oid, bool> = HashMap::new();
         let n = pg_sys::pgstat_fetch_stat_numbackends();
         for index in 1..=n {

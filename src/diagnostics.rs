@@ -118,7 +118,7 @@ pgrx::extension_sql_file!(
 
 /// "Held by PID 123 (application_name "worker", state "idle")." for a lock-timeout DETAIL:
 /// the granted holders whose mode conflicts with `mode`. Runs only on the error path.
-pub fn describe_holders(key: i64, mode: Mode) -> Option<String> {
+pub fn describe_holders(key: i64, mode: Mode) -> String {
     // Qualified names and operators: this runs with the caller's search_path.
     const QUERY: &str = "
         SELECT pg_catalog.string_agg(pg_catalog.format('PID %s (application_name %s, state %s)',
@@ -152,8 +152,8 @@ pub fn describe_holders(key: i64, mode: Mode) -> Option<String> {
     })
     .ok()
     .flatten();
-    Some(match holders {
+    match holders {
         Some(list) => format!("Held by {list}."),
         None => "The holder released it after the wait ended.".to_string(),
-    })
+    }
 }

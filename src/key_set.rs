@@ -12,14 +12,12 @@
 //! either at a holder of k, which (if it waits at all) waits for a key above k, or at a waiter
 //! queued ahead on k itself; keys never decrease along an edge and queue order is total, so no
 //! cycle can form among callers of these functions.
-use crate::acquisition::preflight;
-use crate::diagnostics::describe_holders;
+use crate::acquisition::{lock_not_available, preflight, take_one};
 use crate::errors::{invalid_argument, required, Report};
 use crate::keys;
 use crate::lock_request::{timeout, Id, Mode, Scope, Target};
 use crate::lockmgr::{self, Taken};
 use crate::preload::labels;
-use crate::preload::stats::{self, Outcome};
 use crate::provisional;
 use crate::server_text::ServerText;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
@@ -152,7 +150,11 @@ fn acquire_all(
         Ok(())
     })
     .catch_others(|error| match &error {
-        CaughtError::PostgresError(report) if report.message() == "out of shared memory" => {
+        // The lock manager's "out of shared memory" (53200, ERRCODE_OUT_OF_MEMORY): matched by
+        // SQLSTATE, since the message is translated under another lc_messages.
+        CaughtError::PostgresError(report)
+            if report.sql_error_code() == PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY =>
+        {
             Report::new(
                 PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
                 format!(
@@ -178,24 +180,13 @@ fn acquire_all(
     outcome
 }
 
-/// One key: a no-wait try, then a wait in the queue for what is left of the deadline.
+/// One key, within what is left of the deadline (`acquisition::take_one`).
 fn acquire_before(target: &Target, deadline: Instant, scope: Scope, mode: Mode) -> Option<Taken> {
-    if lockmgr::try_acquire(target.key, mode, scope) {
-        stats::count(target, Outcome::Immediate);
-        return Some(Taken::AtOnce);
-    }
     let left_ms = deadline
         .saturating_duration_since(Instant::now())
         .as_millis()
         .min(i32::MAX as u128) as i32;
-    if left_ms == 0 {
-        stats::count(target, Outcome::Busy);
-        return None;
-    }
-    let wait = stats::Wait::start(target);
-    let acquired = lockmgr::acquire_within(target.key, mode, scope, left_ms);
-    wait.end(acquired);
-    acquired.then_some(Taken::AfterWait)
+    take_one(target, scope, mode, left_ms)
 }
 
 /// Releases one hold of each target, newest first.
@@ -236,21 +227,16 @@ fn lock_all(
     let targets = sorted_distinct(targets);
     if let Err(busy) = acquire_all(LOCK_ALL, &targets, timeout_ms, scope, mode) {
         let target = &targets[busy.index];
-        let mut detail = describe_holders(target.key, mode).unwrap_or_default();
-        detail.push_str(" No key of this call is held.");
-        Report::new(
-            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-            format!(
-                "could not obtain {} advisory locks on all {} keys within {timeout_ms} ms (waited {} ms): {} is busy",
-                mode.word(),
-                targets.len(),
-                busy.waited.as_millis(),
-                target.describe()
-            ),
-        )
-        .detail(detail.trim_start().to_string())
-        .hint("Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.")
-        .raise();
+        let asked = format!("advisory locks on all {} keys", targets.len());
+        lock_not_available(
+            mode,
+            &asked,
+            Some(target),
+            target.key,
+            timeout_ms,
+            busy.waited,
+            " No key of this call is held.",
+        );
     }
 }
 

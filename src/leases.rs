@@ -17,6 +17,7 @@
 //!
 //! Who may renew or release: the lease's role and its members (`has_privs_of_role`), as for
 //! `pg_cancel_backend`. A lease id alone does not let another role end it.
+use crate::backend;
 use crate::errors::{invalid_argument, required, Report};
 use crate::fencing;
 use crate::lock_request::{timeout, Id, Target};
@@ -106,7 +107,7 @@ unsafe extern "C-unwind" fn forget_me_at_exit(_code: i32, _arg: pg_sys::Datum) {
 fn forget_me() {
     let pid = table::me().pid;
     table::with_table(true, |t| {
-        let now = shmem::now();
+        let now = backend::now();
         for (database, key) in t.forget_backend(pid) {
             t.settle(database, key, now);
         }
@@ -165,8 +166,8 @@ pub(crate) fn take(
         slots,
     } = args;
     register_exit_callback();
-    let (database, key, me) = (lockmgr::my_database(), target.key, table::me());
-    let started = shmem::now();
+    let (database, key, me) = (backend::database(), target.key, table::me());
+    let started = backend::now();
     let enqueued = table::with_table(true, |t| {
         if let Some(in_use) = t.slots_in_use(database, key) {
             if in_use != slots {
@@ -208,7 +209,7 @@ pub(crate) fn take(
                     app: &app,
                     label: &label,
                 },
-                shmem::now(),
+                backend::now(),
             )
         });
         crate::provisional::lease_taken(id);
@@ -263,7 +264,7 @@ fn wait_for_grant(waiter: usize, database: u32, key: i64, deadline: i64) -> Opti
     loop {
         // SAFETY: MyLatch is this backend's own latch; reset before checking, as WaitLatch wants.
         unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
-        let now = shmem::now();
+        let now = backend::now();
         let (reserved, wake_at) = table::with_table(true, |t| {
             if settle {
                 t.settle(database, key, now);
@@ -311,7 +312,7 @@ fn owner_of(id: i64) -> Option<u32> {
     table::with_table(false, |t| {
         t.leases
             .iter()
-            .find(|l| l.state == State::Held && l.database == lockmgr::my_database() && l.id == id)
+            .find(|l| l.state == State::Held && l.database == backend::database() && l.id == id)
             .map(|l| l.role)
     })
     .flatten()
@@ -363,9 +364,9 @@ fn lease_renew(lease: Option<i64>, ttl_ms: Option<i32>) -> bool {
         return false;
     };
     check_may_manage(RENEW, "renew", id, role);
-    let (app, me, database) = (application_name(), table::me(), lockmgr::my_database());
+    let (app, me, database) = (application_name(), table::me(), backend::database());
     table::with_table(true, |t| {
-        let now = shmem::now();
+        let now = backend::now();
         let Some(l) = t.find(database, id) else {
             return false;
         };
@@ -400,7 +401,7 @@ fn lease_release(lease: Option<i64>) -> bool {
         return false;
     };
     check_may_manage(RELEASE, "release", id, role);
-    let ended = table::end(lockmgr::my_database(), id);
+    let ended = table::end(backend::database(), id);
     crate::provisional::lease_ended(id);
     ended == Ended::Released
 }
@@ -479,8 +480,8 @@ fn advlock_lease_entries() -> TableIterator<
         name!(waiting_since, Option<TimestampWithTimeZone>),
     ),
 > {
-    let database = lockmgr::my_database();
-    let now = shmem::now();
+    let database = backend::database();
+    let now = backend::now();
     let rows = table::with_table(false, |t| {
         let mut rows = Vec::new();
         for l in t.leases.iter() {
@@ -498,9 +499,9 @@ fn advlock_lease_entries() -> TableIterator<
                 Some(pg_sys::Oid::from(l.role)),
                 l.pid,
                 text(&l.app[..l.app_len as usize]),
-                shmem::timestamptz(l.granted_at),
-                shmem::timestamptz(l.renewed_at),
-                shmem::timestamptz(l.expires_at),
+                backend::timestamptz(l.granted_at),
+                backend::timestamptz(l.renewed_at),
+                backend::timestamptz(l.expires_at),
                 None,
             ));
         }
@@ -520,7 +521,7 @@ fn advlock_lease_entries() -> TableIterator<
                 None,
                 None,
                 None,
-                shmem::timestamptz(w.since),
+                backend::timestamptz(w.since),
             ));
         }
         rows
@@ -546,7 +547,7 @@ fn advlock_lease_stats() -> TableIterator<
     ),
 > {
     require_leases("advlock_lease_stats");
-    let now = shmem::now();
+    let now = backend::now();
     let row = table::with_table(false, |t| {
         let held = t
             .leases

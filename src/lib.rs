@@ -5,6 +5,7 @@ use pgrx::prelude::*;
 
 mod acquisition;
 mod activity;
+mod backend;
 mod diagnostics;
 mod errors;
 mod fencing;
@@ -14,6 +15,7 @@ mod key_entry;
 mod key_set;
 mod keys;
 mod leases;
+mod lock_mode;
 mod lock_request;
 mod lockmgr;
 mod metrics;

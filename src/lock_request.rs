@@ -1,21 +1,9 @@
 //! What a caller asks for: which key, in which scope and mode — validated once, up front.
 use crate::errors::{invalid_argument, required};
+pub use crate::lock_mode::{Mode, Scope};
 use crate::keys;
 use crate::server_text::ServerText;
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Scope {
-    /// Released at commit/rollback of the current transaction.
-    Xact,
-    /// Held until `advlock_unlock` or disconnect.
-    Session,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Mode {
-    Exclusive,
-    Shared,
-}
 
 impl Scope {
     pub fn parse(value: Option<ServerText>, function: &str) -> Scope {
@@ -32,14 +20,6 @@ impl Scope {
 }
 
 impl Mode {
-    /// For messages: "exclusive" / "shared".
-    pub fn word(self) -> &'static str {
-        match self {
-            Mode::Exclusive => "exclusive",
-            Mode::Shared => "shared",
-        }
-    }
-
     pub fn parse(value: Option<ServerText>, function: &str) -> Mode {
         let value = required(value, function, "mode");
         match value.as_bytes() {

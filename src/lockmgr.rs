@@ -1,9 +1,11 @@
-//! The only module that calls PostgreSQL's lock manager, subtransaction and GUC internals.
-//! Everything unsafe lives here, behind small safe functions.
+//! The only module that calls PostgreSQL's lock manager, subtransaction and GUC internals,
+//! behind small safe functions. (Other modules' unsafe code reads PostgreSQL state of their own
+//! concern -- shared memory in `preload/`, backend status in `activity`, the backend's own facts
+//! in `backend` -- each block with its SAFETY comment; none of it touches the lock manager.)
 //!
 //! Tags are built exactly as `lockfuncs.c` builds them for `pg_advisory_*(bigint)`
 //! (SET_LOCKTAG_INT64: field4 = 1), so advlock and the built-ins see each other's locks.
-use crate::lock_request::{Mode, Scope};
+use crate::lock_mode::{Mode, Scope};
 use core::ffi::CStr;
 use pgrx::pg_sys;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
@@ -11,16 +13,10 @@ use pgrx::pg_sys::panic::CaughtError;
 use pgrx::PgTryBuilder;
 use std::cell::Cell;
 
-/// The current database's OID.
-pub fn my_database() -> u32 {
-    // SAFETY: MyDatabaseId is set once at backend start, before any SQL function runs.
-    unsafe { pg_sys::MyDatabaseId }.to_u32()
-}
-
 /// `LOCKTAG` for an int8 advisory key in the current database.
 fn advisory_tag(key: i64) -> pg_sys::LOCKTAG {
     pg_sys::LOCKTAG {
-        locktag_field1: my_database(),
+        locktag_field1: crate::backend::database(),
         locktag_field2: ((key as u64) >> 32) as u32,
         locktag_field3: key as u32,
         locktag_field4: 1,
@@ -268,7 +264,7 @@ pub fn advisory_entries_in_my_database_of(
     unsafe {
         let global = pg_sys::ProcGlobal;
         let procs = std::slice::from_raw_parts((*global).allProcs, (*global).allProcCount as usize);
-        let my_db = pg_sys::MyDatabaseId;
+        let my_db = pg_sys::Oid::from(crate::backend::database());
         let mine: Vec<*const pg_sys::PGPROC> = procs
             .iter()
             .filter(|p| p.databaseId == my_db && only.is_none_or(|f| f(p.pid)))
@@ -364,9 +360,9 @@ unsafe fn push_advisory(
 /// "exclusive", "shared", or the lock manager's own name for any other mode.
 pub fn mode_name(mode: pg_sys::LOCKMODE) -> &'static str {
     if mode == lockmode(Mode::Exclusive) {
-        "exclusive"
+        Mode::Exclusive.word()
     } else if mode == lockmode(Mode::Shared) {
-        "shared"
+        Mode::Shared.word()
     } else {
         // SAFETY: lock.c's lock_mode_names is a static array of static ASCII strings.
         unsafe {

@@ -4,11 +4,12 @@
 //! lock. Run every 15–60 s by exporters, so the common, healthy case is the fast one:
 //! `advlock_leak_count` does not read the lock table at all when no backend of the database
 //! has been idle past the threshold (and none is hidden from the caller).
+use crate::backend;
 use crate::activity::{self, Activity, State};
 use crate::diagnostics::idle_threshold_micros;
 use crate::errors::Report;
 use crate::lockmgr::{self, AdvisoryKey};
-use crate::preload::{labels, shmem, stats};
+use crate::preload::{labels, stats};
 use crate::server_text::ServerTextOut;
 use pgrx::datum::Interval;
 use pgrx::pg_sys;
@@ -31,7 +32,7 @@ fn leaked(activity: &Activity, now: pg_sys::TimestampTz, threshold_us: i64) -> b
 fn advlock_leak_count(older_than: default!(Option<Interval>, "NULL")) -> i32 {
     let threshold_us = idle_threshold_micros(older_than, LEAK_COUNT);
     let backends = activity::backends_of_my_database();
-    let now = shmem::now();
+    let now = backend::now();
     // Only these backends can make the answer non-zero; without any, the lock table is not read.
     let candidates: HashMap<i32, &Activity> = backends
         .iter()
@@ -125,7 +126,7 @@ fn advlock_metrics() -> TableIterator<
     let threshold_us = idle_threshold_micros(None, "advlock_metrics");
     let backends = activity::backends_of_my_database();
     let entries = lockmgr::advisory_entries_in_my_database();
-    let now = shmem::now();
+    let now = backend::now();
     let recorded = labels::recorded_holds();
     let counters = stats::namespace_counters();
     let preloaded = recorded.is_some();

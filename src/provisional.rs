@@ -28,6 +28,7 @@
 //! abort by an error that reached the top level, the holds of the running client statement are
 //! undone; holds of earlier statements are simply forgotten — when the next one is recorded,
 //! at such an abort, or at a commit outside any message (an extended-protocol Sync).
+use crate::backend;
 use crate::lock_request::Mode;
 use crate::lockmgr;
 use crate::preload::{labels, leases};
@@ -161,7 +162,7 @@ fn undo_failed_statement(subxact: Option<pg_sys::SubTransactionId>) {
             }
             // Ended already (released in the same statement, or expired): nothing to undo.
             Hold::Lease { id } => {
-                leases::end(lockmgr::my_database(), id);
+                leases::end(backend::database(), id);
             }
         }
     }

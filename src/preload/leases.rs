@@ -16,6 +16,7 @@
 //! token outside the lock and confirms it (`confirm`); it cannot expire before that, so for a key
 //! with one slot each grant starts after the previous lease ended, after that lease's token was
 //! drawn: tokens of successive holders grow.
+use crate::backend;
 use crate::preload::shmem;
 use pgrx::pg_sys;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -266,7 +267,7 @@ impl Table {
                     l.state = State::Free;
                     expired += 1;
                 }
-                State::Pending if !shmem::backend_alive(l.procno, l.pid) => l.state = State::Free,
+                State::Pending if !backend::backend_alive(l.procno, l.pid) => l.state = State::Free,
                 _ => {
                     live += 1;
                     slots = Some(l.slots);
@@ -278,7 +279,7 @@ impl Table {
             if w.pid == 0 || w.database != database || w.key != key {
                 continue;
             }
-            if shmem::backend_alive(w.procno, w.pid) {
+            if backend::backend_alive(w.procno, w.pid) {
                 slots = slots.or(Some(w.slots));
             } else {
                 w.pid = 0;
@@ -455,7 +456,7 @@ pub enum Ended {
 /// `advlock_lease_release` and for a lease whose statement failed.
 pub fn end(database: u32, id: i64) -> Ended {
     with_table(true, |t| {
-        let now = shmem::now();
+        let now = backend::now();
         let Some(l) = t.find(database, id) else {
             return Ended::NotFound;
         };
@@ -494,9 +495,8 @@ pub struct Me {
 
 pub fn me() -> Me {
     Me {
-        // SAFETY: a backend-local global set at backend start.
-        pid: unsafe { pg_sys::MyProcPid },
-        procno: shmem::my_proc_number(),
+        pid: backend::pid(),
+        procno: backend::proc_number(),
     }
 }
 
@@ -514,7 +514,7 @@ pub fn copy_clipped(dst: &mut [u8], src: &[u8]) -> u32 {
 /// Never this backend's own latch: it is the one checking, and a set latch would turn its next
 /// WaitLatch into a busy loop.
 fn set_latch_of(procno: i32) {
-    if procno == shmem::my_proc_number() {
+    if procno == backend::proc_number() {
         return;
     }
     // SAFETY: ProcGlobal->allProcs is fixed for the life of shared memory and procno indexes

@@ -7,6 +7,7 @@
 //! counters; only creating an entry or resetting takes it exclusively. Recording never
 //! waits: it tries the lock a bounded number of times (LWLockConditionalAcquire) and, if that
 //! fails or the table is full, counts a dropped sample instead.
+use crate::backend;
 use crate::lock_request::Target;
 use crate::preload::labels;
 use crate::preload::shmem;
@@ -320,8 +321,7 @@ fn clip(ns: &[u8]) -> &[u8] {
 }
 
 fn current_database() -> u32 {
-    // SAFETY: backend-local global, set at backend start.
-    unsafe { pg_sys::MyDatabaseId.to_u32() }
+    crate::backend::database()
 }
 
 /// Counts one acquisition call. Never fails and never waits; a no-op without preload.
@@ -349,7 +349,7 @@ pub fn count(target: &Target, outcome: Outcome) {
                 break;
             }
             let (index, found) = table.probe(&key);
-            let ok = found || table.insert(index, &key, shmem::now());
+            let ok = found || table.insert(index, &key, backend::now());
             if ok {
                 // SAFETY: exclusive lock held.
                 apply(unsafe { &*table.entry(index) }, outcome);
@@ -373,7 +373,7 @@ thread_local! {
 /// are catalog lookups, made without holding the table's lock.
 fn reclaim_dropped_databases(table: &Table) -> bool {
     const INTERVAL_US: i64 = 1_000_000;
-    let now = shmem::now();
+    let now = backend::now();
     if std::thread::panicking() || now - LAST_RECLAIM.get() < INTERVAL_US {
         return false;
     }
@@ -392,7 +392,7 @@ fn reclaim_dropped_databases(table: &Table) -> bool {
     databases.dedup();
     let gone: Vec<u32> = databases
         .into_iter()
-        .filter(|&db| !shmem::database_exists(db))
+        .filter(|&db| !backend::database_exists(db))
         .collect();
     if gone.is_empty() || !table.try_lock(pg_sys::LWLockMode::LW_EXCLUSIVE) {
         return false;
@@ -535,7 +535,7 @@ fn advlock_stats() -> TableIterator<
                 timeouts as i64,
                 wait_us as f64 / 1000.0,
                 max_us as f64 / 1000.0,
-                shmem::timestamptz(since),
+                backend::timestamptz(since),
             )
         },
     ))
@@ -561,7 +561,7 @@ fn advlock_stats_reset(ns: default!(Option<ServerText>, "NULL")) -> Option<Times
         }
     }
     table.unlock();
-    shmem::timestamptz(shmem::now())
+    backend::timestamptz(backend::now())
 }
 
 /// Capacity and overflow of the shared tables (all databases).

@@ -2,8 +2,8 @@
 //! callbacks that return slots once the lock manager no longer holds the lock (advlock_unlock,
 //! transaction and subtransaction end, backend exit).
 use super::table::*;
+use crate::backend;
 use crate::lock_request::{Id, Mode, Scope, Target};
-use crate::preload::shmem;
 use crate::{keys, lockmgr};
 use core::sync::atomic::Ordering;
 use pgrx::pg_sys;
@@ -63,7 +63,7 @@ thread_local! {
 /// Rate limit for the full-table sweep: true at most once per second per backend.
 pub(super) fn sweep_due() -> bool {
     const INTERVAL_US: i64 = 1_000_000;
-    let now = shmem::now();
+    let now = backend::now();
     LAST_SWEEP.with(|last| {
         if now - last.get() < INTERVAL_US {
             return false;
@@ -112,7 +112,7 @@ fn record(target: &Target, scope: Scope, mode: Mode) {
             slot: NIL,
             xact: 0,
             session: 0,
-            since: shmem::now(),
+            since: backend::now(),
         });
         let had_session = hold.session > 0;
         match scope {

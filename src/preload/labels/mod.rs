@@ -23,7 +23,8 @@
 mod holds;
 mod table;
 
-use crate::preload::shmem;
+use crate::backend;
+use crate::lock_mode::Mode;
 use crate::server_text::ServerTextOut;
 use core::sync::atomic::Ordering;
 pub use holds::{acquired, released_session, token_issued};
@@ -65,7 +66,7 @@ fn advlock_labels() -> TableIterator<
     let (database, me, all_stats) = unsafe {
         let me = pg_sys::GetUserId();
         (
-            pg_sys::MyDatabaseId.to_u32(),
+            crate::backend::database(),
             me,
             pg_sys::has_privs_of_role(me, pg_sys::Oid::from(pg_sys::ROLE_PG_READ_ALL_STATS)),
         )
@@ -74,7 +75,7 @@ fn advlock_labels() -> TableIterator<
     let mut may_see: HashMap<u32, bool> = HashMap::new();
     for index in 0..table.slots.len() {
         let Some(s) = table.read(index) else { continue };
-        if s.database != database || !shmem::backend_alive(s.procno, s.pid) {
+        if s.database != database || !backend::backend_alive(s.procno, s.pid) {
             continue;
         }
         let visible = all_stats
@@ -85,17 +86,13 @@ fn advlock_labels() -> TableIterator<
         rows.push((
             s.pid,
             s.key,
-            if s.flags & FLAG_SHARED != 0 {
-                "shared"
-            } else {
-                "exclusive"
-            },
+            Mode::of_shared(s.flags & FLAG_SHARED != 0).word(),
             if s.flags & FLAG_SESSION != 0 {
                 "session"
             } else {
                 "xact"
             },
-            shmem::timestamptz(s.since),
+            backend::timestamptz(s.since),
             // An entry of a bare key (kept for its token) has no label.
             (visible && !s.label.is_empty()).then_some(ServerTextOut(s.label)),
         ));
@@ -118,11 +115,11 @@ pub struct RecordedHold {
 pub fn recorded_holds() -> Option<Vec<RecordedHold>> {
     let table = table()?;
     // SAFETY: backend-local global, set at backend start.
-    let database = unsafe { pg_sys::MyDatabaseId.to_u32() };
+    let database = crate::backend::database();
     let mut out = Vec::new();
     for index in 0..table.slots.len() {
         let Some(s) = table.read(index) else { continue };
-        if s.database != database || !shmem::backend_alive(s.procno, s.pid) {
+        if s.database != database || !backend::backend_alive(s.procno, s.pid) {
             continue;
         }
         out.push(RecordedHold {
@@ -155,18 +152,14 @@ fn advlock_tokens() -> TableIterator<
         return TableIterator::empty();
     };
     // SAFETY: backend-local global, set at backend start.
-    let database = unsafe { pg_sys::MyDatabaseId.to_u32() };
+    let database = crate::backend::database();
     let mut rows = Vec::new();
     for index in 0..table.slots.len() {
         let Some(s) = table.read(index) else { continue };
-        if s.token == 0 || s.database != database || !shmem::backend_alive(s.procno, s.pid) {
+        if s.token == 0 || s.database != database || !backend::backend_alive(s.procno, s.pid) {
             continue;
         }
-        let mode = if s.flags & FLAG_SHARED != 0 {
-            "shared"
-        } else {
-            "exclusive"
-        };
+        let mode = Mode::of_shared(s.flags & FLAG_SHARED != 0).word();
         rows.push((s.pid, s.key, mode, s.token));
     }
     TableIterator::new(rows)

@@ -2,6 +2,7 @@
 //! free list (a Treiber stack whose head carries an ABA tag). Only the backend that claimed a
 //! slot writes it, under a per-slot sequence counter (a seqlock) that readers use to take
 //! consistent snapshots. Nothing here waits: claiming is a bounded CAS loop.
+use crate::backend;
 use crate::lock_request::Mode;
 use crate::preload::shmem;
 use core::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -183,9 +184,9 @@ impl Table {
         // SAFETY: backend-local globals, set at backend start.
         let (pid, procno, database, role) = unsafe {
             (
-                pg_sys::MyProcPid,
-                crate::preload::shmem::my_proc_number(),
-                pg_sys::MyDatabaseId.to_u32(),
+                crate::backend::pid(),
+                crate::backend::proc_number(),
+                crate::backend::database(),
                 pg_sys::GetSessionUserId().to_u32(),
             )
         };
@@ -280,7 +281,7 @@ impl Table {
         let mut reclaimed = 0;
         for index in 0..self.slots.len() {
             let Some(s) = self.read(index) else { continue };
-            if shmem::backend_alive(s.procno, s.pid) {
+            if backend::backend_alive(s.procno, s.pid) {
                 continue;
             }
             let slot = &self.slots[index];

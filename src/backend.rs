@@ -1,0 +1,73 @@
+//! Facts about this backend and its peers that several modules need: its database, pid and
+//! proc number, the clock, whether another backend is still alive, whether a database exists.
+//! Small safe functions over PostgreSQL's backend-local globals, so the rest of the code reads
+//! none of them directly.
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+/// The current database's OID (MyDatabaseId).
+pub fn database() -> u32 {
+    // SAFETY: MyDatabaseId is set once at backend start, before any SQL function runs.
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
+/// This backend's pid (MyProcPid).
+pub fn pid() -> i32 {
+    // SAFETY: a backend-local global set at backend start.
+    unsafe { pg_sys::MyProcPid }
+}
+
+/// This backend's index into `ProcGlobal->allProcs` (what `backend_alive` takes).
+pub fn proc_number() -> i32 {
+    // PostgreSQL 17 renamed the index to MyProcNumber (and dropped PGPROC.pgprocno); before,
+    // MyBackendId is a different, 1-based sinval index, so read pgprocno from MyProc.
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
+    // SAFETY: MyProc is set at backend start, before any SQL runs, and never changes after.
+    let number = unsafe { (*pg_sys::MyProc).pgprocno };
+    #[cfg(not(any(feature = "pg15", feature = "pg16")))]
+    // SAFETY: a backend-local global set at backend start.
+    let number = unsafe { pg_sys::MyProcNumber };
+    number
+}
+
+/// Cheap liveness check of another backend: its PGPROC (by proc number) still carries `pid`.
+/// Used to skip and reclaim entries a vanished backend could not remove (defensive: exit
+/// callbacks remove them, and a crash reinitialises shared memory).
+pub fn backend_alive(procno: i32, pid: i32) -> bool {
+    // SAFETY: ProcGlobal and allProcs are fixed for the life of shared memory; a PGPROC's pid
+    // is an int written only by its owner and the proc-array code, read here as a snapshot.
+    unsafe {
+        let global = pg_sys::ProcGlobal;
+        if global.is_null() || procno < 0 || procno as u32 >= (*global).allProcCount {
+            return false;
+        }
+        let proc_ = (*global).allProcs.add(procno as usize);
+        core::ptr::read_volatile(&raw const (*proc_).pid) == pid
+    }
+}
+
+/// Whether a database with this OID exists (pg_database, through the syscache). Used to free
+/// statistics entries of dropped databases; needs a transaction (catalog access).
+pub fn database_exists(oid: u32) -> bool {
+    // SAFETY: a syscache probe by OID, from inside a transaction; takes no lock of ours.
+    unsafe {
+        pg_sys::SearchSysCacheExists(
+            pg_sys::SysCacheIdentifier::DATABASEOID as i32,
+            pg_sys::Datum::from(oid),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+        )
+    }
+}
+
+/// `GetCurrentTimestamp()`.
+pub fn now() -> pg_sys::TimestampTz {
+    // SAFETY: reads the clock; no side effects.
+    unsafe { pg_sys::GetCurrentTimestamp() }
+}
+
+/// A `TimestampTz` as the SQL type.
+pub fn timestamptz(value: pg_sys::TimestampTz) -> Option<TimestampWithTimeZone> {
+    TimestampWithTimeZone::try_from(value).ok()
+}

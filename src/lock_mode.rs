@@ -1,0 +1,36 @@
+//! The two dimensions of an advisory lock request, at the bottom of the module graph so that the
+//! lock-manager layer (`lockmgr`) depends on nothing above it. Parsing them from SQL arguments
+//! lives with the other argument checks (`lock_request`).
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Scope {
+    /// Released at commit/rollback of the current transaction.
+    Xact,
+    /// Held until `advlock_unlock` or disconnect.
+    Session,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    Exclusive,
+    Shared,
+}
+
+impl Mode {
+    /// "exclusive" / "shared": the one spelling of a mode, in messages and in every view.
+    pub fn word(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
+        }
+    }
+
+    /// The mode of a label or token entry, from its shared flag.
+    pub fn of_shared(shared: bool) -> Mode {
+        if shared {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        }
+    }
+}
