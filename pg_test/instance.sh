@@ -7,6 +7,7 @@
 ADVLOCK_PG_MAJOR=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
 PG_CONFIG=${ADVLOCK_PG_CONFIG:-$(pg_config_for "$ADVLOCK_PG_MAJOR")} || exit 1
 PGBIN=$("$PG_CONFIG" --bindir)
+# shellcheck disable=SC2034  # read by the scripts that source this file
 PGXS_TEST=$(cd "$(pgxs_test_dir "$ADVLOCK_PG_MAJOR")" && pwd)
 
 as_postgres() {

@@ -14,7 +14,6 @@
 # ADVLOCK_TEST_CONF: extra postgresql.conf lines (newline separated), e.g. a preload.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(dirname "$here")"
 . "$here/instance.sh"
 
 suites=("$@"); [ ${#suites[@]} -gt 0 ] || suites=(regress isolation clients reliability upgrade monitoring)
@@ -95,10 +94,10 @@ PY
 for suite in "${suites[@]}"; do
   case $suite in
     regress)
-      mapfile -t tests < <(ls "$here/regress/sql" 2>/dev/null | sed -n 's/\.sql$//p' | sort)
+      tests=(); for f in "$here"/regress/sql/*.sql; do tests+=("$(basename "$f" .sql)"); done
       run_regress_like regress "$PGXS_TEST/regress/pg_regress" "$here/regress" "${tests[@]}" ;;
     isolation)
-      mapfile -t specs < <(ls "$here/isolation/specs" 2>/dev/null | sed -n 's/\.spec$//p' | sort)
+      specs=(); for f in "$here"/isolation/specs/*.spec; do specs+=("$(basename "$f" .spec)"); done
       # A spec whose first line says "# requires-extension: X" runs only where X is installed
       # (the PostgreSQL 16 wheel has no dblink); every skip is printed and counted.
       runnable=()

@@ -40,6 +40,7 @@ command -v sudo >/dev/null || need_apt+=(sudo)
 command -v pgbouncer >/dev/null || need_apt+=(pgbouncer)
 command -v clang >/dev/null || need_apt+=(clang libclang-dev)   # bindgen, used by pgrx-pg-sys
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+command -v shellcheck >/dev/null || need_apt+=(shellcheck)   # scripts/lint.sh
 # pg_test/monitoring: promtool (prometheus) checks the alert rules, a real postgres_exporter
 # (0.11.1 in bookworm) scrapes the test cluster with monitoring/postgres_exporter/queries.yaml.
 command -v promtool >/dev/null || need_apt+=(prometheus)
@@ -112,15 +113,16 @@ if [ $missing = 1 ]; then
   cargo pgrx init "${init_args[@]}"
 fi
 
-# The real-driver suites (pg_test/clients) run in their own virtual environment.
-# Rebuilt whenever requirements.txt changes (its hash is stamped into the venv).
+# The real-driver suites (pg_test/clients) run in their own virtual environment, which also
+# holds the test command's Python tools (pg_test/requirements-tools.txt).
+# Rebuilt whenever a requirements file changes (their hash is stamped into the venv).
 venv="$repo/pg_test/.venv"
-req="$repo/pg_test/clients/requirements.txt"
-stamp=$(sha256sum "$req" | cut -d' ' -f1)
+reqs=("$repo/pg_test/clients/requirements.txt" "$repo/pg_test/requirements-tools.txt")
+stamp=$(cat "${reqs[@]}" | sha256sum | cut -d' ' -f1)
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$stamp" ]; then
-  log "creating Python venv from pg_test/clients/requirements.txt"
+  log "creating Python venv from pg_test/clients/requirements.txt and pg_test/requirements-tools.txt"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "${reqs[0]}" -r "${reqs[1]}"
   echo "$stamp" >"$venv/.requirements.sha256"
 fi
 for major in "${majors[@]}"; do

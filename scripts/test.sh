@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # advlock's test command: installs what is missing (scripts/setup.sh), then runs every suite
+#   0. scripts/lint.sh               first and fast: cargo fmt --check, clippy -D warnings,
+#      ShellCheck, ruff (counted as lint)
 #   1. cargo pgrx test pg17          in-database #[pg_test]s and Rust unit tests
 #      (preloaded, then again with ADVLOCK_PGRX_PRELOAD=off)
 #   2. pg_test/run.sh                pg_regress, pg_isolation_regress, real clients + PgBouncer;
@@ -24,7 +26,7 @@
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
-cd "$repo"
+cd "$repo" || exit 1
 export PATH="$HOME/.cargo/bin:$PATH"
 PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config
 . "$here/majors.sh"
@@ -36,6 +38,9 @@ summary=$(mktemp /tmp/advlock-summary.XXXXXX)
 export ADVLOCK_SUMMARY=$summary
 status=0
 section() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
+
+section "lints (scripts/lint.sh)"
+"$here/lint.sh" || status=1
 
 section "cargo pgrx test pg17"
 pgdata=/tmp/advlock-pgrx-test

@@ -5,11 +5,11 @@
 //! (SET_LOCKTAG_INT64: field4 = 1), so advlock and the built-ins see each other's locks.
 use crate::lock_request::{Mode, Scope};
 use core::ffi::CStr;
-use std::cell::Cell;
 use pgrx::pg_sys;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::PgTryBuilder;
+use std::cell::Cell;
 
 /// `LOCKTAG` for an int8 advisory key in the current database.
 fn advisory_tag(key: i64) -> pg_sys::LOCKTAG {

@@ -53,7 +53,9 @@ impl Statement {
     /// Whether a hold taken by `self` belongs to the client statement now running.
     fn is_running(&self) -> bool {
         self.message == lockmgr::message_start()
-            || self.batch.is_some_and(|b| b == lockmgr::transaction_start())
+            || self
+                .batch
+                .is_some_and(|b| b == lockmgr::transaction_start())
     }
 }
 

@@ -29,6 +29,7 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tests="$(dirname "$here")"
 repo="$(dirname "$tests")"
+# shellcheck source=../instance.sh
 . "$tests/instance.sh"
 
 suites=("$@"); [ ${#suites[@]} -gt 0 ] || suites=(build install regress isolation vectors race keysets signatures move readme)
@@ -53,8 +54,8 @@ record() { # suite passed failed [note]
 psql_db() { as_postgres "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work" -p "$port" -U postgres "$@"; }
 # new_edition_db NAME: a database with the edition in schema public and no extension.
 new_edition_db() {
-  psql_db -d postgres -c "CREATE DATABASE $1" &&
-    PGOPTIONS='-c search_path=public' psql_db -d "$1" -f "$work/advlock_sql.sql" >"$work/install-$1.log" 2>&1 ||
+  { psql_db -d postgres -c "CREATE DATABASE $1" &&
+    PGOPTIONS='-c search_path=public' psql_db -d "$1" -f "$work/advlock_sql.sql" >"$work/install-$1.log" 2>&1; } ||
     { cat "$work/install-$1.log"; return 1; }
 }
 
@@ -142,7 +143,7 @@ for suite in "${suites[@]}"; do
         cat "$work/install.log" 2>/dev/null; record edition-install 0 1
       fi ;;
     regress)
-      mapfile -t all < <(ls "$tests/regress/sql" | sed -n 's/\.sql$//p' | sort)
+      all=(); for f in "$tests"/regress/sql/*.sql; do all+=("$(basename "$f" .sql)"); done
       run=()
       for t in "${all[@]}"; do
         if needs_preload "$t"; then
@@ -152,7 +153,7 @@ for suite in "${suites[@]}"; do
       done
       run_driver edition-regress "$PGXS_TEST/regress/pg_regress" regress edition_regress "${run[@]}" ;;
     isolation)
-      mapfile -t all < <(ls "$tests/isolation/specs" | sed -n 's/\.spec$//p' | sort)
+      all=(); for f in "$tests"/isolation/specs/*.spec; do all+=("$(basename "$f" .spec)"); done
       run=()
       for t in "${all[@]}"; do
         needs=$(sed -n '1s/^# requires-extension: *//p' "$tests/isolation/specs/$t.spec")
