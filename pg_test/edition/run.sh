@@ -14,7 +14,7 @@
 #   edition-move        where the extension is installed: the documented move from the
 #                       edition to the extension (move.sh), generated column and indexes kept
 #   edition-readme      the README's edition examples, extracted and run as written
-# Suites that need the library preloaded (preload*, settings, stats_*) are skipped, each skip
+# Suites that need the library preloaded (preload*, settings*, stats_*) are skipped, each skip
 # printed and recorded. Writes "suite passed failed" lines to $ADVLOCK_SUMMARY.
 #
 # Overlays: the same expected files as the extension, except where the edition differs in a
@@ -106,7 +106,7 @@ run_driver() { # suite driver kind db tests...
 
 # needs_preload NAME: suites that exist only with shared_preload_libraries (or check settings,
 # which only the library can).
-needs_preload() { case $1 in preload*|settings|stats_*) return 0 ;; *) return 1 ;; esac; }
+needs_preload() { case $1 in preload*|settings|settings_*|stats_*) return 0 ;; *) return 1 ;; esac; }
 
 run_python() { # suite script
   local suite=$1 script=$2
