@@ -6,24 +6,23 @@
 # promtool and postgres_exporter (bookworm's prometheus packages, for the monitoring suite), the
 # packaging tools (lintian, a bookworm glibc sysroot to link against), cargo-pgrx 0.18.1, `cargo pgrx init` for every major, and a
 # Python virtual environment for the real-driver suites.
-# ADVLOCK_PG_MAJORS="15 17" (space separated) limits the majors; the default major 17 is always set up.
+# ADVLOCK_PG_MAJORS="15 17" (space separated) limits the majors; the default major
+# (ADVLOCK_DEFAULT_MAJOR in scripts/majors.sh) is always set up.
 # Idempotent: every step checks before it acts, so a second run takes seconds.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 PGRX_VERSION=0.18.1
-PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config
 . "$here/majors.sh"
 read -r -a majors <<<"${ADVLOCK_PG_MAJORS:-${ADVLOCK_MAJORS[*]}}"
-[[ " ${majors[*]} " == *" 17 "* ]] || majors+=(17)
+[[ " ${majors[*]} " == *" $ADVLOCK_DEFAULT_MAJOR "* ]] || majors+=("$ADVLOCK_DEFAULT_MAJOR")
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need_pg=()
-[ -x /usr/lib/postgresql/17/bin/postgres ] || need_pg+=(postgresql-17)
-[ -x "$PG_CONFIG" ] && [ -f /usr/lib/postgresql/17/lib/pgxs/src/test/isolation/pg_isolation_regress ] ||
-  need_pg+=(postgresql-server-dev-17)
+# PostgreSQL 17 comes from trixie (need_pg), 15 from bookworm (need_apt), 16 and 18 from wheels (below).
+if [[ " ${majors[*]} " == *" 17 "* ]] && ! major_installed 17; then need_pg+=(postgresql-17 postgresql-server-dev-17); fi
 need_apt=()
 if [[ " ${majors[*]} " == *" 15 "* ]] && ! major_installed 15; then need_apt+=(postgresql-15 postgresql-server-dev-15); fi
 command -v unzip >/dev/null || need_apt+=(unzip)

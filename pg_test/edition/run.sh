@@ -51,7 +51,6 @@ record() { # suite passed failed [note]
   echo "$*" >>"$summary"; echo "edition: $1: $2 passed, $3 failed${4:+ ($4)}"
   [ "$3" -eq 0 ] || status=1
 }
-psql_db() { as_postgres "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work" -p "$port" -U postgres "$@"; }
 # new_edition_db NAME: a database with the edition in schema public and no extension.
 new_edition_db() {
   { psql_db -d postgres -c "CREATE DATABASE $1" &&
@@ -77,13 +76,6 @@ input_copy() {
   echo "$dir"
 }
 
-count_tap() { # log suite
-  local passed failed
-  passed=$(grep -cE '^ok [0-9]+|\.\.\. ok ' "$1")
-  failed=$(grep -cE '^not ok [0-9]+|\.\.\. FAILED' "$1")
-  record "$2" "$passed" "$failed"
-}
-
 run_driver() { # suite driver kind db tests...
   local suite=$1 driver=$2 kind=$3 db=$4; shift 4
   local input; input=$(input_copy "$kind")
@@ -96,7 +88,9 @@ run_driver() { # suite driver kind db tests...
   if [ $rc -ne 0 ] && ! grep -qE '^not ok [0-9]+|\.\.\. FAILED' "$work/$suite.log"; then
     record "$suite" 0 1 "driver failed"
   else
-    count_tap "$work/$suite.log" "$suite"
+    local passed failed
+    read -r passed failed < <(count_tap "$work/$suite.log")
+    record "$suite" "$passed" "$failed"
   fi
   if [ $rc -ne 0 ]; then
     status=1

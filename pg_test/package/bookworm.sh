@@ -10,6 +10,7 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$(dirname "$here")")"
 . "$repo/scripts/majors.sh"
+. "$repo/scripts/helpers.sh"
 summary=${ADVLOCK_SUMMARY:-/dev/null}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -1)
 root=${ADVLOCK_BOOKWORM_ROOT:-/var/tmp/advlock-bookworm-root}
@@ -69,7 +70,7 @@ sudo -u postgres "$regress" --bindir=/usr/lib/postgresql/15/bin --host="$root/tm
   >"$work/regress.log" 2>&1
 rc=$?
 cat "$work/regress.log"
-rp=$(grep -cE '^ok [0-9]+|\.\.\. ok ' "$work/regress.log"); rf=$(grep -cE '^not ok [0-9]+|\.\.\. FAILED' "$work/regress.log")
+read -r rp rf < <(count_tap "$work/regress.log")
 [ $rc -eq 0 ] || [ "$rf" -gt 0 ] || rf=1
 echo "pg15-bookworm-regress $rp $rf" >>"$summary"
 [ $rc -eq 0 ] || { [ -f "$work/out/regression.diffs" ] && head -100 "$work/out/regression.diffs"; }

@@ -30,7 +30,7 @@ name="pg_upgrade-$old_major-$new_major"
 work=$(mktemp -d /tmp/advlock-pg_upgrade.XXXXXX); chmod 755 "$work"; chown postgres "$work"
 port_old=${ADVLOCK_UPGRADE_PORT:-5440} port_new=$(( ${ADVLOCK_UPGRADE_PORT:-5440} + 1 ))
 skipped=""
-as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres -- "$@"; fi; }
+. "$repo/scripts/helpers.sh"
 check_name=$name
 . "$repo/pg_test/check.sh"
 finish() {
