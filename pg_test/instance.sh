@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Shared helpers: start/stop a throwaway PostgreSQL instance as the `postgres` OS user.
+# Shared helpers: start/stop a throwaway PostgreSQL instance as the `postgres` OS user (and
+# scripts/helpers.sh's as_postgres, psql_db, count_tap).
 # Sourced by pg_test/run.sh, pg_test/package/run.sh and bench/run.sh.
 # ADVLOCK_PG_MAJOR picks the major (default 17); scripts/majors.sh says where each one lives.
 # ADVLOCK_PG_CONFIG overrides the pg_config (e.g. a private copy of a relocatable tree).
@@ -7,11 +8,11 @@
 ADVLOCK_PG_MAJOR=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
 PG_CONFIG=${ADVLOCK_PG_CONFIG:-$(pg_config_for "$ADVLOCK_PG_MAJOR")} || exit 1
 PGBIN=$("$PG_CONFIG" --bindir)
+# shellcheck disable=SC2034  # read by the scripts that source this file
 PGXS_TEST=$(cd "$(pgxs_test_dir "$ADVLOCK_PG_MAJOR")" && pwd)
 
-as_postgres() {
-  if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres -- "$@"; fi
-}
+# as_postgres, psql_db, count_tap
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/helpers.sh"
 
 # instance_start DIR PORT [extra postgresql.conf lines...]
 # Initialises DIR/data (owned by postgres) and starts it on 127.0.0.1:PORT with its unix
@@ -40,4 +41,9 @@ instance_stop() {
   local dir=$1
   [ -f "$dir/data/postmaster.pid" ] && as_postgres "$PGBIN/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1
   return 0
+}
+
+# instance_running DIR: the instance in DIR/data is up.
+instance_running() {
+  [ -f "$1/data/postmaster.pid" ] && as_postgres "$PGBIN/pg_ctl" -D "$1/data" status >/dev/null 2>&1
 }

@@ -11,34 +11,63 @@
 #   pg_test/leases/test_*.py                         (pytest, leases between real sessions, PgBouncer)
 # Adding a test is dropping in a file. Writes "suite passed failed" lines to $ADVLOCK_SUMMARY.
 #
-# Usage: pg_test/run.sh [regress|isolation|clients|reliability|upgrade|monitoring|leases ...]   (default: all)
-# ADVLOCK_ONLY: run only these tests of the named suite(s), space separated: pg_regress file or
-#   spec names (ADVLOCK_ONLY=keys pg_test/run.sh regress), or pytest paths / node ids relative
-#   to the suite's directory (ADVLOCK_ONLY=test_pools.py pg_test/run.sh clients).
+# Usage: pg_test/run.sh [SUITE [NAME...]]...   (default: every suite, every test)
+#   SUITE: regress, isolation, clients, reliability, upgrade, monitoring or leases
+#   NAME:  only these tests of the suite before it: a regress file (regress/sql/NAME.sql), an
+#          isolation spec (isolation/specs/NAME.spec), for pytest suites a file or node id
+#          (test_keys.py, test_keys.py::test_name); e.g. pg_test/run.sh regress failed_statement
+# ADVLOCK_TEST_PORT: the instance's port (default 5418).
+# ADVLOCK_ONLY: the same NAMEs for every suite named (ADVLOCK_ONLY=keys pg_test/run.sh regress).
 # ADVLOCK_TEST_CONF: extra postgresql.conf lines (newline separated), e.g. a preload.
+# ADVLOCK_TEST_KEEP=1: leave the instance running after the run, in
+#   /tmp/advlock-pg_test-keep-MAJOR-PORT, and run against it the next time (made anew when the
+#   major, pg_config or ADVLOCK_TEST_CONF differ); ADVLOCK_TEST_KEEP=stop stops and removes it.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(dirname "$here")"
 . "$here/instance.sh"
 
-suites=("$@"); [ ${#suites[@]} -gt 0 ] || suites=(regress isolation clients reliability upgrade monitoring leases)
+all_suites=(regress isolation clients reliability upgrade monitoring leases)
+suites=(); declare -A picks=()
+for arg in "$@"; do
+  if [[ " ${all_suites[*]} " == *" $arg "* ]]; then suites+=("$arg"); picks[$arg]=""
+  elif [ ${#suites[@]} -gt 0 ]; then picks[${suites[-1]}]+=" $arg"
+  else echo "pg_test: unknown suite $arg (suites: ${all_suites[*]})"; exit 2; fi
+done
+[ ${#suites[@]} -gt 0 ] || suites=("${all_suites[@]}")
+if [ -n "${ADVLOCK_ONLY:-}" ]; then for s in "${suites[@]}"; do picks[$s]+=" $ADVLOCK_ONLY"; done; fi
 port=${ADVLOCK_TEST_PORT:-5418}
 summary=${ADVLOCK_SUMMARY:-/dev/null}
-work=$(mktemp -d /tmp/advlock-pg_test.XXXXXX)
-chmod 755 "$work"; chown postgres "$work"
 mapfile -t extra_conf < <(printf '%s\n' "${ADVLOCK_TEST_CONF:-}" | sed '/^$/d')
 
-trap 'instance_stop "$work"' EXIT
-instance_start "$work" "$port" "${extra_conf[@]}" || { echo "pg_test: could not start PostgreSQL $ADVLOCK_PG_MAJOR"; echo "setup 0 1" >>"$summary"; exit 1; }
+if [ -n "${ADVLOCK_TEST_KEEP:-}" ]; then
+  work=/tmp/advlock-pg_test-keep-$ADVLOCK_PG_MAJOR-$port
+  if [ "$ADVLOCK_TEST_KEEP" = stop ]; then
+    instance_stop "$work"; rm -rf "$work"; echo "pg_test: stopped and removed $work"; exit 0
+  fi
+  identity=$(printf '%s\n' "$PG_CONFIG" "${extra_conf[@]}")
+  if instance_running "$work" && [ "$(cat "$work/keep.identity" 2>/dev/null)" = "$identity" ]; then
+    export PGHOST=$work PGPORT=$port PGUSER=postgres
+    echo "pg_test: reusing the instance left running in $work"
+  else
+    instance_stop "$work"; rm -rf "$work"; mkdir -p "$work"
+    chmod 755 "$work"; chown postgres "$work"
+    instance_start "$work" "$port" "${extra_conf[@]}" || { echo "pg_test: could not start PostgreSQL $ADVLOCK_PG_MAJOR"; echo "setup 0 1" >>"$summary"; exit 1; }
+    echo "$identity" >"$work/keep.identity"
+  fi
+  trap 'echo "pg_test: instance left running in $work (ADVLOCK_TEST_KEEP=stop pg_test/run.sh stops it)"' EXIT
+else
+  work=$(mktemp -d /tmp/advlock-pg_test.XXXXXX)
+  chmod 755 "$work"; chown postgres "$work"
+  trap 'instance_stop "$work"' EXIT
+  instance_start "$work" "$port" "${extra_conf[@]}" || { echo "pg_test: could not start PostgreSQL $ADVLOCK_PG_MAJOR"; echo "setup 0 1" >>"$summary"; exit 1; }
+fi
 echo "pg_test: PostgreSQL $ADVLOCK_PG_MAJOR on port $port, data in $work/data"
 
 status=0
-# count_tap FILE SUITE: pg_regress prints "ok N - name" / "not ok N - name" per test (TAP, from
-# PostgreSQL 16), or "test name ... ok" / "... FAILED" (PostgreSQL 15).
-count_tap() {
+# record_tap FILE SUITE: the driver's log counted (count_tap, scripts/helpers.sh) into the summary.
+record_tap() {
   local passed failed
-  passed=$(grep -cE '^ok [0-9]+|\.\.\. ok ' "$1")
-  failed=$(grep -cE '^not ok [0-9]+|\.\.\. FAILED' "$1")
+  read -r passed failed < <(count_tap "$1")
   echo "$2 $passed $failed" >>"$summary"
   echo "pg_test: $2: $passed passed, $failed failed"
 }
@@ -48,7 +77,7 @@ run_regress_like() { # suite driver inputdir files...
   [ $# -gt 0 ] || { echo "pg_test: $suite: no tests"; return 0; }
   mkdir -p "$work/$suite"; chown postgres "$work/$suite"
   # The drivers run as postgres, which may not be able to read the checkout (e.g. under /root).
-  cp -r "$input" "$work/$suite-input"; chown -R postgres "$work/$suite-input"; input="$work/$suite-input"
+  rm -rf "$work/$suite-input"; cp -r "$input" "$work/$suite-input"; chown -R postgres "$work/$suite-input"; input="$work/$suite-input"
   as_postgres "$driver" --bindir="$PGBIN" --host="$work" --port="$port" --user=postgres \
     --inputdir="$input" --outputdir="$work/$suite" --dbname="advlock_$suite" \
     --load-extension=advlock "$@" >"$work/$suite.log" 2>&1
@@ -58,7 +87,7 @@ run_regress_like() { # suite driver inputdir files...
     echo "$suite 0 1" >>"$summary"   # the driver itself failed (e.g. a missing expected file)
     echo "pg_test: $suite: driver failed"
   else
-    count_tap "$work/$suite.log" "$suite"
+    record_tap "$work/$suite.log" "$suite"
   fi
   if [ $rc -ne 0 ]; then
     status=1
@@ -66,14 +95,15 @@ run_regress_like() { # suite driver inputdir files...
   fi
 }
 
-# run_pytest SUITE: pytest over pg_test/SUITE/test_*.py in its own database advlock_SUITE
-# (extension created), with the instance described by ADVLOCK_PG* variables.
+# run_pytest SUITE [TARGET...]: pytest over pg_test/SUITE/test_*.py (or the TARGETs: files or
+# node ids) in its own database advlock_SUITE (extension created), with the instance described
+# by ADVLOCK_PG* variables.
 run_pytest() {
-  local suite=$1 dir="$here/$1" rc passed failed targets=(.)
-  [ -z "${ADVLOCK_ONLY:-}" ] || read -r -a targets <<<"$ADVLOCK_ONLY"
+  local suite=$1 dir="$here/$1" rc passed failed; shift
+  local targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(.)
   if ! ls "$dir"/test_*.py >/dev/null 2>&1; then echo "pg_test: $suite: no tests"; return 0; fi
   as_postgres "$PGBIN/psql" -X -q -h "$work" -p "$port" -U postgres -d postgres \
-    -c "CREATE DATABASE advlock_$suite" -c "\\c advlock_$suite" -c "CREATE EXTENSION advlock" >/dev/null || status=1
+    -c "DROP DATABASE IF EXISTS advlock_$suite WITH (FORCE)" -c "CREATE DATABASE advlock_$suite" -c "\\c advlock_$suite" -c "CREATE EXTENSION advlock" >/dev/null || status=1
   (cd "$dir" && ADVLOCK_PGHOST=127.0.0.1 ADVLOCK_PGPORT=$port ADVLOCK_PGDATABASE=advlock_$suite \
     ADVLOCK_WORKDIR="$work" ADVLOCK_PGDATA="$work/data" PGBIN="$PGBIN" \
     "$here/.venv/bin/python" -m pytest -q -p no:cacheprovider \
@@ -97,15 +127,28 @@ PY
   [ "$rc" -eq 0 ] || status=1
 }
 
+# pick SUITE DIR EXT: tests=(the NAMEs given for SUITE, each DIR/NAME.EXT), else every file of DIR.
+pick() {
+  local suite=$1 dir=$2 ext=$3 name f names
+  read -r -a names <<<"${picks[$suite]:-}"
+  tests=()
+  if [ ${#names[@]} -eq 0 ]; then
+    for f in "$here/$dir"/*."$ext"; do tests+=("$(basename "$f" ".$ext")"); done
+    return
+  fi
+  for name in "${names[@]}"; do
+    if [ -f "$here/$dir/$name.$ext" ]; then tests+=("$name")
+    else echo "pg_test: $suite: no such test pg_test/$dir/$name.$ext"; echo "$suite 0 1 no test $name" >>"$summary"; status=1; fi
+  done
+}
+
 for suite in "${suites[@]}"; do
   case $suite in
     regress)
-      mapfile -t tests < <(ls "$here/regress/sql" 2>/dev/null | sed -n 's/\.sql$//p' | sort)
-      [ -z "${ADVLOCK_ONLY:-}" ] || read -r -a tests <<<"$ADVLOCK_ONLY"
+      pick regress regress/sql sql
       run_regress_like regress "$PGXS_TEST/regress/pg_regress" "$here/regress" "${tests[@]}" ;;
     isolation)
-      mapfile -t specs < <(ls "$here/isolation/specs" 2>/dev/null | sed -n 's/\.spec$//p' | sort)
-      [ -z "${ADVLOCK_ONLY:-}" ] || read -r -a specs <<<"$ADVLOCK_ONLY"
+      pick isolation isolation/specs spec; specs=("${tests[@]}")
       # A spec whose first line says "# requires-extension: X" runs only where X is installed
       # (the PostgreSQL 16 wheel has no dblink); every skip is printed and counted.
       runnable=()
@@ -121,7 +164,8 @@ for suite in "${suites[@]}"; do
       specs=("${runnable[@]}")
       run_regress_like isolation "$PGXS_TEST/isolation/pg_isolation_regress" "$here/isolation" "${specs[@]}" ;;
     clients|reliability|upgrade|monitoring|leases)
-      run_pytest "$suite" ;;
+      read -r -a targets <<<"${picks[$suite]:-}"
+      run_pytest "$suite" "${targets[@]}" ;;
     *) echo "pg_test: unknown suite $suite"; status=1 ;;
   esac
 done

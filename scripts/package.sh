@@ -52,7 +52,7 @@ for major in "${majors[@]}"; do
     { tail -40 "$stage/build.log"; exit 1; }
   so=$(find "$stage/pgrx" -name advlock.so | head -1)
   control=$(find "$stage/pgrx" -name advlock.control | head -1)
-  [ -n "$so" ] && [ -n "$control" ] || { echo "package: cargo pgrx package produced no advlock.so/control" >&2; exit 1; }
+  { [ -n "$so" ] && [ -n "$control" ]; } || { echo "package: cargo pgrx package produced no advlock.so/control" >&2; exit 1; }
   extdir=$(dirname "$control")
   too_new=$(objdump -T "$so" | grep -oE 'GLIBC_2\.[0-9]+' | sort -u | awk -F. -v max="${glibc_max#2.}" '$2 > max')
   if [ -n "$too_new" ] || objdump -T "$so" | grep -q '__isoc23_'; then

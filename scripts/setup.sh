@@ -6,24 +6,23 @@
 # promtool and postgres_exporter (bookworm's prometheus packages, for the monitoring suite), the
 # packaging tools (lintian, a bookworm glibc sysroot to link against), cargo-pgrx 0.18.1, `cargo pgrx init` for every major, and a
 # Python virtual environment for the real-driver suites.
-# ADVLOCK_PG_MAJORS="15 17" (space separated) limits the majors; the default major 17 is always set up.
+# ADVLOCK_PG_MAJORS="15 17" (space separated) limits the majors; the default major
+# (ADVLOCK_DEFAULT_MAJOR in scripts/majors.sh) is always set up.
 # Idempotent: every step checks before it acts, so a second run takes seconds.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 PGRX_VERSION=0.18.1
-PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config
 . "$here/majors.sh"
 read -r -a majors <<<"${ADVLOCK_PG_MAJORS:-${ADVLOCK_MAJORS[*]}}"
-[[ " ${majors[*]} " == *" 17 "* ]] || majors+=(17)
+[[ " ${majors[*]} " == *" $ADVLOCK_DEFAULT_MAJOR "* ]] || majors+=("$ADVLOCK_DEFAULT_MAJOR")
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need_pg=()
-[ -x /usr/lib/postgresql/17/bin/postgres ] || need_pg+=(postgresql-17)
-[ -x "$PG_CONFIG" ] && [ -f /usr/lib/postgresql/17/lib/pgxs/src/test/isolation/pg_isolation_regress ] ||
-  need_pg+=(postgresql-server-dev-17)
+# PostgreSQL 17 comes from trixie (need_pg), 15 from bookworm (need_apt), 16 and 18 from wheels (below).
+if [[ " ${majors[*]} " == *" 17 "* ]] && ! major_installed 17; then need_pg+=(postgresql-17 postgresql-server-dev-17); fi
 need_apt=()
 if [[ " ${majors[*]} " == *" 15 "* ]] && ! major_installed 15; then need_apt+=(postgresql-15 postgresql-server-dev-15); fi
 command -v unzip >/dev/null || need_apt+=(unzip)
@@ -40,6 +39,7 @@ command -v sudo >/dev/null || need_apt+=(sudo)
 command -v pgbouncer >/dev/null || need_apt+=(pgbouncer)
 command -v clang >/dev/null || need_apt+=(clang libclang-dev)   # bindgen, used by pgrx-pg-sys
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+command -v shellcheck >/dev/null || need_apt+=(shellcheck)   # scripts/lint.sh
 # pg_test/monitoring: promtool (prometheus) checks the alert rules, a real postgres_exporter
 # (0.11.1 in bookworm) scrapes the test cluster with monitoring/postgres_exporter/queries.yaml.
 command -v promtool >/dev/null || need_apt+=(prometheus)
@@ -112,15 +112,16 @@ if [ $missing = 1 ]; then
   cargo pgrx init "${init_args[@]}"
 fi
 
-# The real-driver suites (pg_test/clients) run in their own virtual environment.
-# Rebuilt whenever requirements.txt changes (its hash is stamped into the venv).
+# The real-driver suites (pg_test/clients) run in their own virtual environment, which also
+# holds the test command's Python tools (pg_test/requirements-tools.txt).
+# Rebuilt whenever a requirements file changes (their hash is stamped into the venv).
 venv="$repo/pg_test/.venv"
-req="$repo/pg_test/clients/requirements.txt"
-stamp=$(sha256sum "$req" | cut -d' ' -f1)
+reqs=("$repo/pg_test/clients/requirements.txt" "$repo/pg_test/requirements-tools.txt")
+stamp=$(cat "${reqs[@]}" | sha256sum | cut -d' ' -f1)
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$stamp" ]; then
-  log "creating Python venv from pg_test/clients/requirements.txt"
+  log "creating Python venv from pg_test/clients/requirements.txt and pg_test/requirements-tools.txt"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "${reqs[0]}" -r "${reqs[1]}"
   echo "$stamp" >"$venv/.requirements.sha256"
 fi
 for major in "${majors[@]}"; do

@@ -1,34 +1,40 @@
 #!/usr/bin/env bash
-# advlock's test command: installs what is missing (scripts/setup.sh), then runs every suite
-#   1. cargo pgrx test pg17          in-database #[pg_test]s and Rust unit tests
+# advlock's test command: installs what is missing (scripts/setup.sh), then runs every suite,
+# in this order (DEFAULT: ADVLOCK_DEFAULT_MAJOR of scripts/majors.sh, 17):
+#   1. scripts/lint.sh               first and fast: cargo fmt --check, clippy -D warnings,
+#      ShellCheck, ruff (counted as lint)
+#   2. cargo pgrx test pgDEFAULT     in-database #[pg_test]s and Rust unit tests
 #      (preloaded, then again with ADVLOCK_PGRX_PRELOAD=off)
-#   2. pg_test/run.sh                pg_regress, pg_isolation_regress, real clients + PgBouncer;
-#      regress + isolation + leases again with shared_preload_libraries = 'advlock', and regress once
-#      more with tiny label/namespace capacities (full tables); the monitoring suite (promtool,
-#      a real postgres_exporter) runs plain with the others, then again preloaded
-#   3. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
-#   3b. clients/python/run_tests.sh  the Python client: ruff, mypy --strict, pytest on a real instance
-#   4. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
-#   4b. pg_test/edition/run.sh       the SQL edition (edition/advlock_sql.sql) on every major:
+#   3. pg_test/run.sh                (after cargo pgrx install into DEFAULT) pg_regress,
+#      pg_isolation_regress, real clients + PgBouncer, leases; regress + isolation + leases again
+#      with shared_preload_libraries = 'advlock', and regress once more with tiny label/namespace
+#      capacities (full tables); the monitoring suite (promtool, a real postgres_exporter) runs
+#      plain with the others, then again preloaded
+#   4. pg_test/fast_loop.sh          CONTRIBUTING.md's fast-loop commands, run as written
+#   5. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
+#   5b. clients/python/run_tests.sh  the Python client: ruff, mypy --strict, pytest on a real instance
+#   6. pg_test/edition/run.sh        the SQL edition (edition/advlock_sql.sql) on every major:
 #      the same regress + isolation suites, key vectors, race stress, the docs' edition examples; its
 #      signatures and the move to the extension where the extension is installed
-#   5. the other majors (15, 16, 18): cargo pgrx test pgNN, preloaded and not
-#   6. scripts/package.sh            .deb + tarball for every major (lintian errors fail it)
-#   7. pg_test/package/run.sh        per major: remove the build's install, install the package
+#   7. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
+#   8. the other majors (15, 16, 18): cargo pgrx test pgNN, preloaded and not
+#   9. scripts/package.sh            .deb + tarball for every major (lintian errors fail it)
+#  10. pg_test/package/run.sh        per major: remove the build's install, install the package
 #      (dpkg -i on 15/17, whose servers are Debian's; the tarball's install.sh on 16/18, whose
 #      servers come from wheels), regress + isolation plain and preloaded, remove it, nothing left
 #      pg_test/package/bookworm.sh  the 15 .deb on a debootstrapped stock bookworm (glibc 2.36)
-#   8. pg_test/pg_upgrade/run.sh     a used cluster upgraded with pg_upgrade: 17 -> 18, 16 -> 18,
-#      16 -> 17, 15 -> 17 (a pair the servers cannot upgrade even without advlock: skipped, reported) with pg_upgrade
+#  11. pg_test/pg_upgrade/run.sh     a used cluster upgraded with pg_upgrade: 17 -> 18, 16 -> 18,
+#      16 -> 17, 15 -> 17 (a pair the servers cannot upgrade even without advlock: skipped, reported)
 # and prints one closing line: "advlock: N passed, M failed". Exits non-zero on any failure.
 # ADVLOCK_PG_MAJORS="17 18" limits the majors (default: all of scripts/majors.sh).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
-cd "$repo"
+cd "$repo" || exit 1
 export PATH="$HOME/.cargo/bin:$PATH"
-PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config
 . "$here/majors.sh"
+default=$ADVLOCK_DEFAULT_MAJOR
+PG_CONFIG=$(pg_config_for "$default")
 read -r -a majors <<<"${ADVLOCK_PG_MAJORS:-${ADVLOCK_MAJORS[*]}}"
 
 "$here/setup.sh" || { echo "advlock: 0 passed, 1 failed"; exit 1; }
@@ -38,17 +44,21 @@ export ADVLOCK_SUMMARY=$summary
 status=0
 section() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
 
-section "cargo pgrx test pg17"
+section "lints (scripts/lint.sh)"
+"$here/lint.sh" || status=1
+
+section "cargo pgrx test pg$default"
 pgdata=/tmp/advlock-pgrx-test
 mkdir -p "$pgdata"; chown postgres "$pgdata"
 # runas_args MAJOR: initdb refuses root, so as root the test cluster runs as `postgres` in a
 # directory it owns (one per major: a data directory belongs to one major).
 runas_args() { [ "$(id -u)" != 0 ] || echo "--runas postgres --pgdata $pgdata/data-$1"; }
 log=$(mktemp /tmp/advlock-pgrx-test.XXXXXX.log)
-# pgrx_pass NAME [MAJOR]: one `cargo pgrx test pgMAJOR` run, counted as NAME in the summary.
+# pgrx_pass NAME [MAJOR]: one `cargo pgrx test pgMAJOR` run (default: the default major),
+# counted as NAME in the summary.
 pgrx_pass() {
   # shellcheck disable=SC2046
-  cargo pgrx test "pg${2:-17}" $(runas_args "${2:-17}") 2>&1 | tee "$log" | grep -E '^test |^test result:|panicked|^error' || true
+  cargo pgrx test "pg${2:-$default}" $(runas_args "${2:-$default}") 2>&1 | tee "$log" | grep -E '^test |^test result:|panicked|^error' || true
   local rc=${PIPESTATUS[0]} p f
   read -r p f < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
                       END { print p + 0, f + 0 }' "$log")
@@ -59,10 +69,10 @@ pgrx_pass() {
   echo "$1 $p $f" >>"$summary"
 }
 pgrx_pass pgrx                                  # advlock preloaded (src/lib.rs pg_test options)
-section "cargo pgrx test pg17, not preloaded"
+section "cargo pgrx test pg$default, not preloaded"
 ADVLOCK_PGRX_PRELOAD=off pgrx_pass pgrx-nopre
 
-section "install the extension into PostgreSQL 17"
+section "install the extension into PostgreSQL $default"
 if cargo pgrx install --pg-config "$PG_CONFIG" >"$log" 2>&1; then
   section "pg_test suites"
   "$repo/pg_test/run.sh" || status=1
@@ -83,6 +93,8 @@ if cargo pgrx install --pg-config "$PG_CONFIG" >"$log" 2>&1; then
   ADVLOCK_SUMMARY=$presummary ADVLOCK_TEST_CONF="shared_preload_libraries = 'advlock'" \
     "$repo/pg_test/run.sh" monitoring || status=1
   sed 's/^/preload-/' "$presummary" >>"$summary"
+  section "the fast loop (CONTRIBUTING.md), as written"
+  "$repo/pg_test/fast_loop.sh" || status=1
 else
   tail -30 "$log"; echo "install 0 1" >>"$summary"; status=1
 fi
@@ -127,7 +139,7 @@ fi
 
 # --- the other majors: the in-database suite here; regress + isolation run from the package ---
 for major in "${majors[@]}"; do
-  [ "$major" = 17 ] && continue
+  [ "$major" = "$default" ] && continue
   if ! major_installed "$major"; then
     echo "PostgreSQL $major is not installed: scripts/setup.sh failed to provide it"; echo "pg$major-setup 0 1" >>"$summary"; status=1; continue
   fi

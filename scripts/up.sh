@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
 # advlock's setup-and-run command: installs everything (scripts/setup.sh), builds and installs
-# the extension into PostgreSQL 17 (release build), and starts a local PostgreSQL 17 cluster
+# the extension into PostgreSQL NN (release build), and starts a local PostgreSQL NN cluster
 # as the `postgres` user with a database `advlock` where CREATE EXTENSION advlock has run.
-#   data dir  /var/lib/postgresql/advlock-17   (override: ADVLOCK_PGDATA)
-#   port      5417 on 127.0.0.1                 (override: ADVLOCK_PORT)
+#   major     NN = ADVLOCK_PG_MAJOR, default ADVLOCK_DEFAULT_MAJOR (scripts/majors.sh: 17)
+#   data dir  /var/lib/postgresql/advlock-NN   (override: ADVLOCK_PGDATA)
+#   port      54NN on 127.0.0.1 (5417 for 17)   (override: ADVLOCK_PORT)
 # Idempotent: a second run rebuilds only what changed and restarts the cluster around the install.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 export PATH="$HOME/.cargo/bin:$PATH"
-PGBIN=/usr/lib/postgresql/17/bin
-PGDATA=${ADVLOCK_PGDATA:-/var/lib/postgresql/advlock-17}
-PORT=${ADVLOCK_PORT:-5417}
-as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres -- "$@"; fi; }
+. "$here/majors.sh"
+major=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
+PGDATA=${ADVLOCK_PGDATA:-/var/lib/postgresql/advlock-$major}
+PORT=${ADVLOCK_PORT:-$((5400 + major))}
+. "$here/helpers.sh"
 
 "$here/setup.sh"
+PG_CONFIG=$(pg_config_for "$major")
+PGBIN=$("$PG_CONFIG" --bindir)
 # cargo pgrx install rewrites advlock.so in place: backends that have it mapped would crash.
 # Stop the cluster first (it is started again below).
 if [ -f "$PGDATA/postmaster.pid" ]; then
-  echo "[up] stopping PostgreSQL 17 while advlock.so is replaced"
+  echo "[up] stopping PostgreSQL $major while advlock.so is replaced"
   as_postgres "$PGBIN/pg_ctl" -D "$PGDATA" -m fast -w stop >/dev/null
 fi
 echo "[up] building and installing advlock (release)"
-(cd "$repo" && cargo pgrx install --release --pg-config "$PGBIN/pg_config" >/tmp/advlock-install.log 2>&1) ||
+(cd "$repo" && cargo pgrx install --release --pg-config "$PG_CONFIG" >/tmp/advlock-install.log 2>&1) ||
   { tail -30 /tmp/advlock-install.log; exit 1; }
 
 if [ ! -f "$PGDATA/PG_VERSION" ]; then
@@ -37,7 +41,7 @@ unix_socket_directories = '/tmp'
 CONF
 fi
 if ! as_postgres "$PGBIN/pg_ctl" -D "$PGDATA" status >/dev/null 2>&1; then
-  echo "[up] starting PostgreSQL 17"
+  echo "[up] starting PostgreSQL $major"
   as_postgres "$PGBIN/pg_ctl" -D "$PGDATA" -l "$PGDATA/postgres.log" -w start >/dev/null
 fi
 psql_() { "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$PORT" -U postgres "$@"; }
@@ -47,5 +51,5 @@ psql_ -d advlock -c "CREATE EXTENSION IF NOT EXISTS advlock" \
                  -c "ALTER EXTENSION advlock UPDATE" 2>&1 | grep -v 'already' || true
 echo "[up] advlock_key('rollup', 'nightly') = $(psql_ -d advlock -tAc "SELECT advlock_key('rollup', 'nightly')")"
 echo
-echo "PostgreSQL 17 with advlock is running. Connect with:"
+echo "PostgreSQL $major with advlock is running. Connect with:"
 echo "  psql -h 127.0.0.1 -p $PORT -U postgres advlock"

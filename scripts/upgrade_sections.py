@@ -57,7 +57,7 @@ functions = [re.sub(r'^CREATE  FUNCTION "(%s)"' % "|".join(REPLACED), r'CREATE O
              for b in functions]
 functions.sort(key=lambda b: (re.search(r'FUNCTION "(\w+)"', b).group(1), b))
 # Drop pgrx's source-location line (src/x.rs:NN): it changes with every edit.
-functions = ["".join(l for l in b.splitlines(True) if not re.match(r"-- src/", l)) for b in functions]
+functions = ["".join(line for line in b.splitlines(True) if not re.match(r"-- src/", line)) for b in functions]
 sequence = re.search(r"(-- The fencing-token counter.*?SELECT pg_catalog.pg_extension_config_dump[^\n]*\n)", schema, re.S).group(1)
 
 text = script.read_text()

@@ -79,7 +79,7 @@ fn targets_of_text_ids<'a>(
         .map(|(i, id)| match id {
             Some(id) => Target {
                 key: keys::key_of_text(&ns, &id),
-                label: Some((ns.clone(), Id::Text(id))),
+                label: Some((ns, Id::Text(id))),
             },
             None => null_element(function, "ids", i + 1),
         })
@@ -97,7 +97,7 @@ fn targets_of_int_ids<'a>(
         .map(|(i, id)| match id {
             Some(id) => Target {
                 key: keys::key_of_int(&ns, id),
-                label: Some((ns.clone(), Id::Int(id))),
+                label: Some((ns, Id::Int(id))),
             },
             None => null_element(function, "ids", i + 1),
         })

@@ -24,7 +24,7 @@ impl<'a> ServerText<'a> {
 
     /// The text as UTF-8. Borrowed (no allocation) in UTF-8 and SQL_ASCII databases, and for
     /// ASCII-only text in any encoding (every server encoding is an ASCII superset).
-    pub fn to_utf8(&self) -> Cow<'a, [u8]> {
+    pub fn to_utf8(self) -> Cow<'a, [u8]> {
         if self.bytes.is_ascii() || !needs_conversion() {
             return Cow::Borrowed(self.bytes);
         }
@@ -38,7 +38,7 @@ impl<'a> ServerText<'a> {
                 self.bytes.len() as c_int,
                 pg_sys::pg_enc::PG_UTF8 as c_int,
             );
-            if out as *const c_char == src {
+            if core::ptr::eq(out, src) {
                 Cow::Borrowed(self.bytes)
             } else {
                 Cow::Owned(CStr::from_ptr(out).to_bytes().to_vec())
@@ -72,7 +72,7 @@ impl<'a> ServerText<'a> {
 pub fn needs_conversion() -> bool {
     // SAFETY: reads the backend-local database encoding; always set inside a backend.
     let enc = unsafe { pg_sys::GetDatabaseEncoding() } as u32;
-    enc != pg_sys::pg_enc::PG_UTF8 as u32 && enc != pg_sys::pg_enc::PG_SQL_ASCII as u32
+    enc != pg_sys::pg_enc::PG_UTF8 && enc != pg_sys::pg_enc::PG_SQL_ASCII
 }
 
 impl<'a> FromDatum for ServerText<'a> {

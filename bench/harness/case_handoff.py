@@ -73,7 +73,6 @@ def _fifo(ctx: Ctx, admin, handoffs: int, n_waiting: int, sql: str, key: int, rn
         holder.execute("SELECT pg_advisory_lock(%s)", (key,))
         pending = {}  # worker index -> future of its waiting statement
         queue: list[int] = []  # arrival order, confirmed via pg_locks
-        waitstarts: dict[int, object] = {}
 
         def enqueue(i):
             pending[i] = workers[i].submit(lambda c: c.execute(sql, (key,)).fetchone())

@@ -127,7 +127,7 @@ def render(res: dict, ctx: Ctx) -> tuple[str, list[dict]]:
     labels = [name for name, _ in PATTERNS[1:]]
     svg.hbars(f"{ctx.out}/keys_throughput.svg",
               f"Key derivation: million keys/s per backend, net of the scan ({n:,} pairs)",
-              labels, [cpu_tput[l] for l in labels], "million keys per CPU-second (higher is better)",
+              labels, [cpu_tput[label] for label in labels], "million keys per CPU-second (higher is better)",
               value_fmt=lambda v: f"{v:.2f} M/s")
     md = f"""Query: `{QUERY.format(expr='<expr>')}` over `{SETUP.split('; ')[-1].format(n=n)}`
 ({n:,} distinct `(ns, id)` pairs over 100 namespaces, generated once, in shared buffers), {res['reps']} rounds in

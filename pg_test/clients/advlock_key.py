@@ -21,10 +21,20 @@ def siphash24(data: bytes, k0: int = 0, k1: int = 0) -> int:
     def rounds(n: int) -> None:
         nonlocal v0, v1, v2, v3
         for _ in range(n):
-            v0 = (v0 + v1) & MASK; v1 = _rotl(v1, 13); v1 ^= v0; v0 = _rotl(v0, 32)
-            v2 = (v2 + v3) & MASK; v3 = _rotl(v3, 16); v3 ^= v2
-            v0 = (v0 + v3) & MASK; v3 = _rotl(v3, 21); v3 ^= v0
-            v2 = (v2 + v1) & MASK; v1 = _rotl(v1, 17); v1 ^= v2; v2 = _rotl(v2, 32)
+            v0 = (v0 + v1) & MASK
+            v1 = _rotl(v1, 13)
+            v1 ^= v0
+            v0 = _rotl(v0, 32)
+            v2 = (v2 + v3) & MASK
+            v3 = _rotl(v3, 16)
+            v3 ^= v2
+            v0 = (v0 + v3) & MASK
+            v3 = _rotl(v3, 21)
+            v3 ^= v0
+            v2 = (v2 + v1) & MASK
+            v1 = _rotl(v1, 17)
+            v1 ^= v2
+            v2 = _rotl(v2, 32)
 
     tail_len = len(data) % 8
     for i in range(0, len(data) - tail_len, 8):

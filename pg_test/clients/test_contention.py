@@ -153,7 +153,7 @@ def test_bounded_wait_asyncpg(measure):
             err = excinfo.value
             assert err.sqlstate == "55P03"
             measure("lock_with_timeout error (asyncpg)", f"{type(err).__name__}: {err.message} DETAIL: {err.detail}")
-            assert f"within 200 ms" in err.message
+            assert "within 200 ms" in err.message
             assert f"PID {holder_pid} (application_name 'advlock-test/bounded/asyncpg-holder'" in err.detail
             assert await waiter.fetchval("SHOW lock_timeout") == "9s"
             assert await holder.fetchval("SELECT advlock_unlock($1::bigint)", key) is True

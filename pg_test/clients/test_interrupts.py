@@ -5,7 +5,6 @@ import asyncio
 import threading
 import time
 
-import asyncpg
 import psycopg
 import pytest
 

@@ -10,7 +10,7 @@ import time
 import psycopg
 import pytest
 
-from pgsupport import apg, psy, wait_for_waiter, wait_until, waiting_pids
+from pgsupport import apg, psy, wait_for_waiter, waiting_pids
 
 # --- Scenario 5: leader election ---------------------------------------------------------------
 

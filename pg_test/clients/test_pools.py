@@ -15,7 +15,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import docexamples
-from pgsupport import apg, apg_pool_kwargs, conninfo, holders_of, key_for, psy, wait_for_waiter, wait_until
+from pgsupport import apg_pool_kwargs, conninfo, holders_of, key_for, psy, wait_for_waiter, wait_until
 
 TAKE_SESSION = "SELECT advlock_try_with_timeout(%s, 0, scope => 'session')"
 

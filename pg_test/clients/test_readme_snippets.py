@@ -190,8 +190,8 @@ def test_acquisition_examples_run_as_written(admin, tmp_path):
         psql = os.path.join(os.environ.get("PGBIN", "/usr/lib/postgresql/17/bin"), "psql")
         out = subprocess.run([psql, "-X", "-h", pgsupport.HOST, "-p", str(pgsupport.PORT), "-U", pgsupport.USER,
                               "-d", pgsupport.DATABASE, "-f", str(script)], capture_output=True, text=True, timeout=60)
-        errors = [l for l in out.stderr.splitlines() if "ERROR:" in l]
-        warnings = [l for l in out.stderr.splitlines() if "WARNING:" in l]
+        errors = [line for line in out.stderr.splitlines() if "ERROR:" in line]
+        warnings = [line for line in out.stderr.splitlines() if "WARNING:" in line]
         assert len(errors) == 1 and "could not obtain exclusive advisory lock" in errors[0], out.stderr
         assert warnings == [], out.stderr
         assert "usable after the examples" in out.stdout, out.stdout + out.stderr
@@ -224,7 +224,7 @@ def run_psql_block(marker, tmp_path, prelude="", postlude=""):
 def test_key_set_examples_run_as_written(admin, tmp_path):
     """The multi-key examples: both calls true, the unlock true, nothing left held."""
     lines = run_psql_block("-- Move money between accounts 42 and 17", tmp_path)
-    assert [l for l in lines if l] == ["t", "t", "t"], lines
+    assert [line for line in lines if line] == ["t", "t", "t"], lines
     assert no_advisory_locks(admin)
 
 
@@ -235,20 +235,20 @@ def test_fenced_write_example_runs_as_written(admin, tmp_path):
                            prelude="CREATE SCHEMA readme_fence; SET search_path = readme_fence, public;\n",
                            postlude="SELECT fence = :token AND value = 'written by the current holder' FROM fenced_resource;\n"
                                     "DROP SCHEMA readme_fence CASCADE;\n")
-    assert [l for l in lines if l] == ["t", "t", "t"], lines
+    assert [line for line in lines if line] == ["t", "t", "t"], lines
     assert no_advisory_locks(admin)
 
 
 def test_holding_example_runs_as_written(admin, tmp_path):
     """advlock_holding's example prints what its comments say."""
     lines = run_psql_block("SELECT advlock_holding('leader', 'rollup');            -- true", tmp_path)
-    assert [l for l in lines if l] == ["t", "t", "f", "t", "f"], lines
+    assert [line for line in lines if line] == ["t", "t", "f", "t", "f"], lines
     assert no_advisory_locks(admin)
 
 
 def test_metrics_example_runs_as_written(admin, tmp_path):
     """The advlock_metrics example: the unknown-namespace row is there with nothing held, and
     the leak count is 0."""
-    lines = [l for l in run_psql_block("SELECT advlock_leak_count();          -- 0", tmp_path) if l]
+    lines = [line for line in run_psql_block("SELECT advlock_leak_count();          -- 0", tmp_path) if line]
     assert "(unknown)|0|0|0|0|f" in lines or "(unknown)|0|0|0|0|t" in lines, lines
     assert lines[-1] == "0", lines

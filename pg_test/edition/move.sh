@@ -12,7 +12,8 @@ repo="$(dirname "$(dirname "$here")")"
 . "$here/../instance.sh"
 work=$1 port=$2
 db=edition_move
-psql_db() { as_postgres "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work" -p "$port" -U postgres -d "$db" "$@"; }
+# shellcheck disable=SC2034  # read by psql_db (scripts/helpers.sh): the database it connects to
+psql_dbname=$db
 passed=0 failed=0
 check() { # name sql-returning-t
   local got; got=$(psql_db -Atc "$2" 2>&1)

@@ -14,7 +14,7 @@
 #   edition-move        where the extension is installed: the documented move from the
 #                       edition to the extension (move.sh), generated column and indexes kept
 #   edition-readme      the SQL edition examples of README.md and docs/sql-edition.md, run as written
-# Suites that need the library (preload*, settings, stats_*; leases, lease-* and cic-wait: the
+# Suites that need the library (preload*, settings*, stats_*; leases, lease-* and cic-wait: the
 # edition has no leases and no snapshot-free waits) are skipped, each skip
 # printed and recorded. Writes "suite passed failed" lines to $ADVLOCK_SUMMARY.
 #
@@ -30,6 +30,7 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tests="$(dirname "$here")"
 repo="$(dirname "$tests")"
+# shellcheck source=../instance.sh
 . "$tests/instance.sh"
 
 suites=("$@"); [ ${#suites[@]} -gt 0 ] || suites=(build install regress isolation vectors race keysets signatures move readme)
@@ -51,11 +52,10 @@ record() { # suite passed failed [note]
   echo "$*" >>"$summary"; echo "edition: $1: $2 passed, $3 failed${4:+ ($4)}"
   [ "$3" -eq 0 ] || status=1
 }
-psql_db() { as_postgres "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work" -p "$port" -U postgres "$@"; }
 # new_edition_db NAME: a database with the edition in schema public and no extension.
 new_edition_db() {
-  psql_db -d postgres -c "CREATE DATABASE $1" &&
-    PGOPTIONS='-c search_path=public' psql_db -d "$1" -f "$work/advlock_sql.sql" >"$work/install-$1.log" 2>&1 ||
+  { psql_db -d postgres -c "CREATE DATABASE $1" &&
+    PGOPTIONS='-c search_path=public' psql_db -d "$1" -f "$work/advlock_sql.sql" >"$work/install-$1.log" 2>&1; } ||
     { cat "$work/install-$1.log"; return 1; }
 }
 
@@ -77,13 +77,6 @@ input_copy() {
   echo "$dir"
 }
 
-count_tap() { # log suite
-  local passed failed
-  passed=$(grep -cE '^ok [0-9]+|\.\.\. ok ' "$1")
-  failed=$(grep -cE '^not ok [0-9]+|\.\.\. FAILED' "$1")
-  record "$2" "$passed" "$failed"
-}
-
 run_driver() { # suite driver kind db tests...
   local suite=$1 driver=$2 kind=$3 db=$4; shift 4
   local input; input=$(input_copy "$kind")
@@ -96,7 +89,9 @@ run_driver() { # suite driver kind db tests...
   if [ $rc -ne 0 ] && ! grep -qE '^not ok [0-9]+|\.\.\. FAILED' "$work/$suite.log"; then
     record "$suite" 0 1 "driver failed"
   else
-    count_tap "$work/$suite.log" "$suite"
+    local passed failed
+    read -r passed failed < <(count_tap "$work/$suite.log")
+    record "$suite" "$passed" "$failed"
   fi
   if [ $rc -ne 0 ]; then
     status=1
@@ -106,7 +101,7 @@ run_driver() { # suite driver kind db tests...
 
 # needs_preload NAME: suites that exist only with shared_preload_libraries (or check settings,
 # which only the library can).
-needs_preload() { case $1 in preload*|settings|stats_*|leases|lease-*|cic-wait) return 0 ;; *) return 1 ;; esac; }
+needs_preload() { case $1 in preload*|settings|settings_*|stats_*|leases|lease-*|cic-wait) return 0 ;; *) return 1 ;; esac; }
 
 run_python() { # suite script
   local suite=$1 script=$2
@@ -143,7 +138,7 @@ for suite in "${suites[@]}"; do
         cat "$work/install.log" 2>/dev/null; record edition-install 0 1
       fi ;;
     regress)
-      mapfile -t all < <(ls "$tests/regress/sql" | sed -n 's/\.sql$//p' | sort)
+      all=(); for f in "$tests"/regress/sql/*.sql; do all+=("$(basename "$f" .sql)"); done
       run=()
       for t in "${all[@]}"; do
         if needs_preload "$t"; then
@@ -153,7 +148,7 @@ for suite in "${suites[@]}"; do
       done
       run_driver edition-regress "$PGXS_TEST/regress/pg_regress" regress edition_regress "${run[@]}" ;;
     isolation)
-      mapfile -t all < <(ls "$tests/isolation/specs" | sed -n 's/\.spec$//p' | sort)
+      all=(); for f in "$tests"/isolation/specs/*.spec; do all+=("$(basename "$f" .spec)"); done
       run=()
       for t in "${all[@]}"; do
         needs=$(sed -n '1s/^# requires-extension: *//p' "$tests/isolation/specs/$t.spec")

@@ -9,7 +9,6 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/../instance.sh"
 work=$1 port=$2
-psql_db() { as_postgres "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work" -p "$port" -U postgres "$@"; }
 
 describe() { # database -> one line per function, procedure and view of schema public named advlock_*
   psql_db -d "$1" -At <<'SQL'

@@ -88,10 +88,10 @@ def test_leak_detected_and_cleared(exporter, admin, preloaded, metrics_view):
     # Before the leak: nothing held in the namespace, the gauge exists at 0. (Preloaded, a
     # namespace has its row once advlock_stats counts it: one lock taken and released.)
     assert admin.execute("SELECT advlock_try_with_timeout('reports', 'warm-up', 0)").fetchone()[0] is True
-    scrape_until(lambda h, l: h == 0 and l == 0, f"no holder in ns={ns!r} before the test")
+    scrape_until(lambda h, leaked: h == 0 and leaked == 0, f"no holder in ns={ns!r} before the test")
     samples.clear()
     scrape_for(1.5)
-    assert samples and all(h == 0 and l == 0 for _, h, l in samples), samples
+    assert samples and all(h == 0 and leaked == 0 for _, h, leaked in samples), samples
 
     pool = ConnectionPool(conninfo("reports-worker"), min_size=1, max_size=1, open=True,
                           timeout=10, name="reports-pool")
@@ -107,10 +107,10 @@ def test_leak_detected_and_cleared(exporter, admin, preloaded, metrics_view):
         state = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
         assert state == ("idle",), state   # back in the pool, outside any transaction
 
-        marks["detected"] = scrape_until(lambda h, l: l == 1, f"advlock_leaked_holders{{ns={ns!r}}} 1")
-        after_leak = [(t, h, l) for t, h, l in samples if t > marks["leak"]]
+        marks["detected"] = scrape_until(lambda h, leaked: leaked == 1, f"advlock_leaked_holders{{ns={ns!r}}} 1")
+        after_leak = [(t, h, leaked) for t, h, leaked in samples if t > marks["leak"]]
         # Held at once, but leaked only once idle past the role's advlock.idle_threshold.
-        assert any(h == 1 and l == 0 for _, h, l in after_leak), after_leak
+        assert any(h == 1 and leaked == 0 for _, h, leaked in after_leak), after_leak
         assert marks["detected"] - marks["leak"] >= IDLE_THRESHOLD_S - 0.25, (marks, after_leak)
         scrape_for(2.0)
         assert samples[-1][1:] == (1, 1), samples[-1]
@@ -119,7 +119,7 @@ def test_leak_detected_and_cleared(exporter, admin, preloaded, metrics_view):
         rows = admin.execute(
             "SELECT pid, terminated FROM advlock_terminate_idle_holders('2 seconds', dry_run => false)").fetchall()
         assert (pid, True) in rows, rows
-        marks["cleared"] = scrape_until(lambda h, l: h == 0 and l == 0,
+        marks["cleared"] = scrape_until(lambda h, leaked: h == 0 and leaked == 0,
                                         f"advlock_leaked_holders{{ns={ns!r}}} back to 0")
         scrape_for(1.5)
         assert samples[-1][1:] == (0, 0), samples[-1]
@@ -228,7 +228,7 @@ def draw(path, samples, marks, ns, preloaded, admin, extversion):
             f"advlock.idle_threshold = {IDLE_THRESHOLD_S:g}s for the exporter's role",
             f"drawn by pg_test/monitoring/test_exporter.py from a real run, {datetime.date.today().isoformat()}"],
         series=[("advlock_holders" + label, "#4a7bd0", [(t - t0, h) for t, h, _ in samples]),
-                ("advlock_leaked_holders" + label, "#d0392b", [(t - t0, l) for t, _, l in samples])],
+                ("advlock_leaked_holders" + label, "#d0392b", [(t - t0, leaked) for t, _, leaked in samples])],
         events=[(marks["leak"] - t0, "psycopg_pool connection returned holding a session lock"),
                 (marks["leak"] + IDLE_THRESHOLD_S - t0, f"idle for advlock.idle_threshold ({IDLE_THRESHOLD_S:g} s)"),
                 (marks["detected"] - t0, "first scrape with advlock_leaked_holders = 1"),

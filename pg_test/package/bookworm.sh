@@ -10,6 +10,7 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$(dirname "$here")")"
 . "$repo/scripts/majors.sh"
+. "$repo/scripts/helpers.sh"
 summary=${ADVLOCK_SUMMARY:-/dev/null}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -1)
 root=${ADVLOCK_BOOKWORM_ROOT:-/var/tmp/advlock-bookworm-root}
@@ -60,14 +61,16 @@ check "PostgreSQL 15 starts on bookworm with advlock preloaded" \
 # This machine's pg_regress (15) against the chroot's server, through its socket directory.
 work=$(mktemp -d /tmp/advlock-bookworm-regress.XXXXXX)
 cp -r "$repo/pg_test/regress" "$work/input"; chmod -R a+rwX "$work"
-mapfile -t tests < <(ls "$repo/pg_test/regress/sql" | sed -n 's/\.sql$//p' | sort)
+tests=()
+for f in "$repo"/pg_test/regress/sql/*.sql; do tests+=("$(basename "$f" .sql)"); done
 regress=$(pgxs_test_dir 15)/regress/pg_regress
+# shellcheck disable=SC2024  # the log is this script's (root's), in a directory open to all
 sudo -u postgres "$regress" --bindir=/usr/lib/postgresql/15/bin --host="$root/tmp" --port="$port" --user=postgres \
   --inputdir="$work/input" --outputdir="$work/out" --dbname=advlock_regress --load-extension=advlock "${tests[@]}" \
   >"$work/regress.log" 2>&1
 rc=$?
 cat "$work/regress.log"
-rp=$(grep -cE '^ok [0-9]+|\.\.\. ok ' "$work/regress.log"); rf=$(grep -cE '^not ok [0-9]+|\.\.\. FAILED' "$work/regress.log")
+read -r rp rf < <(count_tap "$work/regress.log")
 [ $rc -eq 0 ] || [ "$rf" -gt 0 ] || rf=1
 echo "pg15-bookworm-regress $rp $rf" >>"$summary"
 [ $rc -eq 0 ] || { [ -f "$work/out/regression.diffs" ] && head -100 "$work/out/regression.diffs"; }

@@ -30,7 +30,7 @@ name="pg_upgrade-$old_major-$new_major"
 work=$(mktemp -d /tmp/advlock-pg_upgrade.XXXXXX); chmod 755 "$work"; chown postgres "$work"
 port_old=${ADVLOCK_UPGRADE_PORT:-5440} port_new=$(( ${ADVLOCK_UPGRADE_PORT:-5440} + 1 ))
 skipped=""
-as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else sudo -u postgres -- "$@"; fi; }
+. "$repo/scripts/helpers.sh"
 check_name=$name
 . "$repo/pg_test/check.sh"
 finish() {
@@ -112,10 +112,10 @@ upgrade() { (cd "$work" && as_postgres "$new_bin/pg_upgrade" -b "$old_bin" -B "$
 
 # --- can these two server builds upgrade a cluster without advlock at all? -------------------------
 # A table and a view, as every real database has (pg_upgrade restores only user objects).
-init_cluster "$old_bin" "$work/old" "$port_old" && init_cluster "$new_bin" "$work/new" "$port_new" || fail_now "initdb (probe)"
-as_postgres "$old_bin/pg_ctl" -D "$work/old" -l "$work/old.log" -w start >/dev/null &&
+{ init_cluster "$old_bin" "$work/old" "$port_old" && init_cluster "$new_bin" "$work/new" "$port_new"; } || fail_now "initdb (probe)"
+{ as_postgres "$old_bin/pg_ctl" -D "$work/old" -l "$work/old.log" -w start >/dev/null &&
   psql_old -d postgres -c "CREATE TABLE probe (id int PRIMARY KEY, note text)" -c "CREATE VIEW probe_v AS SELECT * FROM probe" >/dev/null &&
-  as_postgres "$old_bin/pg_ctl" -D "$work/old" -m fast -w stop >/dev/null || fail_now "probe cluster"
+  as_postgres "$old_bin/pg_ctl" -D "$work/old" -m fast -w stop >/dev/null; } || fail_now "probe cluster"
 if ! upgrade; then
   skipped="pg_upgrade from PostgreSQL $("$old_pgc" --version | cut -d' ' -f2) to $("$new_pgc" --version | cut -d' ' -f2) fails without advlock: $(grep -h 'ERROR:' "$work"/new/pg_upgrade_output.d/*/log/*.log 2>/dev/null | head -1 | sed 's/.*ERROR: *//')"
   exit 0
@@ -128,7 +128,7 @@ install_advlock "$new_major" || fail_now "install advlock $version into PostgreS
 install -m 644 "$repo/sql/archive/advlock--0.2.0.sql" "$old_ext/"
 
 # --- the PostgreSQL OLD cluster, as a DBA has it -----------------------------------------------------
-init_cluster "$old_bin" "$work/old" "$port_old" && add_settings "$work/old" || fail_now "initdb $old_major"
+{ init_cluster "$old_bin" "$work/old" "$port_old" && add_settings "$work/old"; } || fail_now "initdb $old_major"
 as_postgres "$old_bin/pg_ctl" -D "$work/old" -l "$work/old.log" -w start >/dev/null || fail_now "start $old_major"
 psql_old -d postgres -c "CREATE DATABASE app" -c "CREATE DATABASE legacy" >/dev/null || fail_now "create databases"
 cp "$here/before.sql" "$here/after.sql" "$work/"; chown postgres "$work"/*.sql
@@ -145,7 +145,7 @@ check "advlock $version installed in $old_major (app), 0.2.0 in legacy" bash -c 
 as_postgres "$old_bin/pg_ctl" -D "$work/old" -m fast -w stop >/dev/null || fail_now "stop $old_major"
 
 # --- pg_upgrade to PostgreSQL NEW --------------------------------------------------------------------
-init_cluster "$new_bin" "$work/new" "$port_new" && add_settings "$work/new" || fail_now "initdb $new_major"
+{ init_cluster "$new_bin" "$work/new" "$port_new" && add_settings "$work/new"; } || fail_now "initdb $new_major"
 upgrade --check || { tail -30 "$work/upgrade.log"; fail_now "pg_upgrade --check"; }
 passed=$((passed + 1)); echo "$name: ok   pg_upgrade --check"
 upgrade || { tail -30 "$work/upgrade.log"; fail_now "pg_upgrade"; }

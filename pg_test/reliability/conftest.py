@@ -4,7 +4,6 @@ Tests marked `late` run after the others (e.g. to give a background computation 
 tests marked `crash` (a SIGKILLed backend makes the postmaster restart and drops every
 connection) always run last, whatever the file order.
 """
-import os
 import subprocess
 import sys
 import time

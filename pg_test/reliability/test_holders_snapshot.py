@@ -11,7 +11,6 @@ import random
 import threading
 import time
 
-import psycopg
 
 from relsupport import FULL, advlock_key, connect, figure
 

@@ -12,7 +12,6 @@ import threading
 import time
 
 import psycopg
-import pytest
 
 from relsupport import FULL, abrupt_close, connect, figure, wait_until
 

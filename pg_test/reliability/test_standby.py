@@ -12,7 +12,7 @@ import time
 import psycopg
 import pytest
 
-from relsupport import (DATABASE, PGBIN, PORT, STANDBY_PORT, WORKDIR, as_postgres, connect,
+from relsupport import (PGBIN, PORT, STANDBY_PORT, WORKDIR, as_postgres, connect,
                         wait_until)
 
 ACQUIRE_CALLS = [

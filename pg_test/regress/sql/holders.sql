@@ -1,4 +1,5 @@
 -- advlock_holders: who holds which advisory lock, decoded.
+-- The label column is checked in preload.sql (preload-only), the range error of SET advlock.idle_threshold = -1 in settings_range.sql (its wording is per major).
 \x on
 BEGIN;
 SET LOCAL application_name = 'billing-worker';
@@ -11,7 +12,7 @@ SELECT key, key1, key2, mode, granted,
        backend_state, state_change IS NOT NULL AS has_state_change,
        xact_start IS NOT NULL AS in_xact, query_start IS NOT NULL AS has_query_start,
        query LIKE 'SELECT key, key1%' AS query_ok, idle_for, is_idle_holder,
-       waiting_since, blocked_by, label
+       waiting_since, blocked_by
   FROM advlock_holders ORDER BY key NULLS LAST;
 \x off
 -- "Who holds this lock?" — ask by the same (ns, id) the application uses:
@@ -35,5 +36,4 @@ SELECT * FROM advlock_terminate_idle_holders('-1 minute');
 SELECT advlock_leak_count('-1 second');
 SELECT * FROM advlock_idle_holders('-1 second');
 SELECT advlock_idle_threshold('-1 second');
-SET advlock.idle_threshold = -1;
 SET advlock.idle_treshold = '1s';

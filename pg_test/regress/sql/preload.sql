@@ -11,6 +11,14 @@ SELECT advlock_try_with_timeout('orders', 'o-1', 0);
 SELECT label, scope, held_since IS NOT NULL AS has_held_since
   FROM advlock_holders WHERE pid = pg_backend_pid();
 COMMIT;
+-- advlock_holders.label (from holders.sql): the (ns, id) of an advlock call, nothing for the
+-- built-ins' keys; NULL for every lock without preload.
+BEGIN;
+SELECT advlock_try_with_timeout('billing', 'invoice-17', 0);
+SELECT pg_advisory_xact_lock_shared(-1);
+SELECT pg_advisory_xact_lock(3, -4);
+SELECT key, key1, key2, label FROM advlock_holders WHERE pid = pg_backend_pid() ORDER BY key NULLS LAST;
+COMMIT;
 -- The statistics need the shared memory; without it they say so (55000).
 \set VERBOSITY default
 SELECT count(*) >= 0 AS readable FROM advlock_stats;

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# advlock's lints, the first step of the test command (scripts/test.sh) and quick to run alone:
+#   (rustfmt)    cargo fmt --check
+#   (clippy)     cargo clippy --features pgNN --no-default-features --all-targets -- -D warnings
+#                (NN: ADVLOCK_PG_MAJOR, default ADVLOCK_DEFAULT_MAJOR; pgrx needs `cargo pgrx init`)
+#   (shellcheck) every shell script in the repository (git ls-files; configuration: .shellcheckrc)
+#   (ruff)       ruff check on the Python test, bench and docs code (configuration: ruff.toml)
+# The shellcheck tool is a Debian package and ruff is pinned in pg_test/requirements-tools.txt, both
+# installed by scripts/setup.sh. Prints "lint: N passed, M failed" and writes "lint N M" to
+# $ADVLOCK_SUMMARY. Usage: scripts/lint.sh [rustfmt clippy shellcheck ruff]   (default: all)
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+cd "$repo" || exit 1
+export PATH="$HOME/.cargo/bin:$PATH"
+. "$here/majors.sh"
+major=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
+venv=${ADVLOCK_VENV:-$repo/pg_test/.venv}
+summary=${ADVLOCK_SUMMARY:-/dev/null}
+checks=("$@"); [ ${#checks[@]} -gt 0 ] || checks=(rustfmt clippy shellcheck ruff)
+
+passed=0 failed=0
+lint() { # name command...
+  local name=$1; shift
+  echo "lint: $name: $*"
+  if "$@"; then passed=$((passed + 1)); echo "lint: ok   $name"
+  else failed=$((failed + 1)); echo "lint: FAIL $name"; fi
+}
+shell_scripts() { git ls-files -z -- '*.sh' .ci/run | xargs -0 shellcheck; }
+
+for check in "${checks[@]}"; do
+  case $check in
+    rustfmt)    lint rustfmt cargo fmt --check ;;
+    clippy)     lint clippy cargo clippy --quiet --features "pg$major" --no-default-features --all-targets -- -D warnings ;;
+    shellcheck) lint shellcheck shell_scripts ;;
+    ruff)       lint ruff "$venv/bin/ruff" check --no-cache bench pg_test docs scripts ;;
+    *) echo "lint: unknown check $check"; failed=$((failed + 1)) ;;
+  esac
+done
+echo "lint $passed $failed" >>"$summary"
+echo "lint: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
