@@ -27,7 +27,7 @@ def function_blocks(new, replaced=()):
         found = [re.sub(r'^CREATE  FUNCTION "(%s)"' % "|".join(replaced), r'CREATE OR REPLACE FUNCTION "\1"', b, flags=re.M)
                  for b in found]
     found.sort(key=lambda b: (re.search(r'FUNCTION "(\w+)"', b).group(1), b))
-    return ["".join(l for l in b.splitlines(True) if not re.match(r"-- src/", l)) for b in found]
+    return ["".join(line for line in b.splitlines(True) if not re.match(r"-- src/", line)) for b in found]
 
 
 if version == "0.4.0":
@@ -36,7 +36,7 @@ if version == "0.4.0":
                                  "advlock_lease_entries", "advlock_lease_stats"))
     leases = (repo / "sql/leases.sql").read_text()
     procedures = next(b for b in blocks if "CREATE PROCEDURE @extschema@.advlock_wait_lock" in b)
-    procedures = "".join(l for l in procedures.splitlines(True) if not re.match(r"-- src/", l))
+    procedures = "".join(line for line in procedures.splitlines(True) if not re.match(r"-- src/", line))
     # The hand-written header, then the generated objects, then every comment.
     header = script.read_text().partition(begin)[0].partition("-- One-line descriptions for \\df+")[0]
     script.write_text(header + begin + "\n".join(functions) + "\n" + procedures + "\n" + leases + end + "\n" + comments)

@@ -1,17 +1,17 @@
 //! Bounded server-side acquisition: `advlock_try_with_timeout`, `advlock_lock_with_timeout`,
 //! and `advlock_unlock`, each with `(key)`, `(ns, id text)` and `(ns, id bigint)` forms.
+use crate::diagnostics::describe_holders;
 use crate::errors::Report;
 use crate::gucs;
 use crate::lock_request::{timeout, Mode, Scope, Target};
 use crate::lockmgr;
+use crate::lockmgr::Taken;
 use crate::preload::labels;
 use crate::preload::stats::{self, Outcome};
 use crate::provisional;
 use crate::server_text::ServerText;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::prelude::*;
-use crate::diagnostics::describe_holders;
-use crate::lockmgr::Taken;
 use std::time::{Duration, Instant};
 
 const TRY: &str = "advlock_try_with_timeout";
@@ -136,7 +136,15 @@ fn lock_with_timeout(
     let started = Instant::now();
     if !acquire(LOCK, &target, timeout_ms, scope, mode) {
         let asked = format!("advisory lock on {}", target.describe());
-        lock_not_available(mode, &asked, None, target.key, timeout_ms, started.elapsed(), "");
+        lock_not_available(
+            mode,
+            &asked,
+            None,
+            target.key,
+            timeout_ms,
+            started.elapsed(),
+            "",
+        );
     }
 }
 

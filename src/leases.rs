@@ -190,9 +190,7 @@ pub(crate) fn take(
     };
     let deadline = started + i64::from(timeout_ms) * 1000;
     let granted = PgTryBuilder::new(|| {
-        let Some(_) = wait_for_grant(waiter, database, key, deadline) else {
-            return None;
-        };
+        wait_for_grant(waiter, database, key, deadline)?;
         // SAFETY: fcinfo is this call's, with its FmgrInfo.
         let function = unsafe { (*(*fcinfo).flinfo).fn_oid };
         let id = fencing::next_token(function);

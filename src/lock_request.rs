@@ -1,9 +1,8 @@
 //! What a caller asks for: which key, in which scope and mode — validated once, up front.
 use crate::errors::{invalid_argument, required};
-pub use crate::lock_mode::{Mode, Scope};
 use crate::keys;
+pub use crate::lock_mode::{Mode, Scope};
 use crate::server_text::ServerText;
-
 
 impl Scope {
     pub fn parse(value: Option<ServerText>, function: &str) -> Scope {

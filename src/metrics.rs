@@ -4,8 +4,8 @@
 //! lock. Run every 15–60 s by exporters, so the common, healthy case is the fast one:
 //! `advlock_leak_count` does not read the lock table at all when no backend of the database
 //! has been idle past the threshold (and none is hidden from the caller).
-use crate::backend;
 use crate::activity::{self, Activity, State};
+use crate::backend;
 use crate::diagnostics::idle_threshold_micros;
 use crate::errors::Report;
 use crate::lockmgr::{self, AdvisoryKey};

@@ -77,7 +77,7 @@ def test_getting_started(admin, scratch_db):
             dx.check(s.outcomes, f"Getting started, {s.name}")
         # The error shown under session 2 is the one session 2 got (PID: session 1's).
         shown = re.search(r"```text\n(ERROR:.*?)```", section, re.S).group(1)
-        lines = dict(l.split(":  ", 1) for l in shown.strip().split("\n"))
+        lines = dict(line.split(":  ", 1) for line in shown.strip().split("\n"))
         err = next(o.error for o in sessions[2].outcomes if o.error is not None)
         # "(waited N ms)" is measured: at least the timeout, a little more on a busy machine.
         waited = int(re.search(r"waited (\d+) ms", err.diag.message_primary).group(1))

@@ -11,7 +11,6 @@ import pytest
 CLIENTS = Path(__file__).resolve().parent.parent / "clients"
 sys.path.insert(0, str(CLIENTS))
 
-import pgsupport  # noqa: E402
 from pgsupport import psy  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("clients_conftest", CLIENTS / "conftest.py")

@@ -18,7 +18,6 @@ import threading
 from collections import defaultdict
 
 import psycopg
-import pytest
 
 from conftest import needs_preload
 from pgsupport import psy
