@@ -89,13 +89,22 @@ check "$pkg $version-1 is installed" installed "$version-1"
 same_postmaster() { [ "$(postmaster_pid)" = "$pid_before" ] && as_pg "$pgbin/pg_ctl" -D /tmp/pgdata status >/dev/null; }
 check "the cluster kept running through the upgrade (same postmaster)" same_postmaster
 check "the session's lock is still held" held
-check "a new session works before the restart (the old library, preloaded)" vectors_ok advlock_up
+check "a new session works before the restart" vectors_ok advlock_up
+# Which advlock.so a new session runs before the restart: the preloaded one it inherits from the
+# postmaster (whose file apt replaced: "(deleted)" in its memory map), and the new file if
+# PostgreSQL loads that too when a function names $libdir/advlock (it compares files by inode).
+maps_sql="SELECT advlock_key('rollup', 'nightly') IS NOT NULL;
+  SELECT count(*) FILTER (WHERE l LIKE '%advlock.so (deleted)') || ' ' || count(*) FILTER (WHERE l LIKE '%advlock.so')
+    FROM (SELECT DISTINCT substring(l FROM '/.*') AS l FROM regexp_split_to_table(pg_read_file('/proc/self/maps'), E'\\n') l) m"
+mapped() { local got; got=$(psql_in advlock_up -c "$maps_sql" | tail -1); [ "$got" = "$1" ] || { echo "maps advlock.so: $got (replaced file, new file)"; return 1; }; }
+check "until the restart, new sessions run the old library only (the replaced file, not the new one)" mapped "1 0"
 versions() { [ "$(psql_in advlock_up -c "SELECT installed_version || ' ' || default_version FROM pg_available_extensions WHERE name = 'advlock'")" = "$old_version $version" ]; }
 check "before ALTER EXTENSION: installed $old_version, available $version" versions
 
 # --- what the DBA does next: restart, ALTER EXTENSION advlock UPDATE -------------------------------------
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null; holder=""
 check "restart" pg_restart
+check "after the restart, sessions run the new library only" mapped "0 1"
 update_ext() { psql_in advlock_up -c "ALTER EXTENSION advlock UPDATE" && [ "$(extversion advlock_up)" = "$version" ]; }
 check "ALTER EXTENSION advlock UPDATE reaches $version" update_ext
 jobs_key() { [ "$(psql_in advlock_up -c "SELECT k FROM jobs")" = 7700915891107303510 ]; }
@@ -132,6 +141,11 @@ check "extension functions equal a fresh install's ($(psql_in advlock_fresh -c "
 check "extension relations equal a fresh install's" same_catalog relations "$catalog_relations"
 check "extension members equal a fresh install's ($(psql_in advlock_fresh -c "$catalog_members" | wc -l) objects)" \
   same_catalog members "$catalog_members"
+# The comparison sees a difference when there is one: a fresh install with one comment changed.
+psql_in postgres -c "CREATE DATABASE advlock_changed" >/dev/null
+psql_in advlock_changed -c "CREATE EXTENSION advlock" -c "COMMENT ON VIEW advlock_holders IS 'changed'" >/dev/null
+differs() { ! psql_in advlock_changed -c "$1" | diff -q - <(psql_in advlock_fresh -c "$1") >/dev/null; }
+check "the comparison tells a changed install from a fresh one" differs "$catalog_relations"
 check "PostgreSQL stops" pg_stop
 check "apt-get purge $pkg" apt_get purge "$pkg"
 none_left() { local left; left=$(advlock_left); [ -z "$left" ] || { echo "left: $left"; return 1; }; }
