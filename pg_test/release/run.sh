@@ -36,7 +36,7 @@ for k in signing wrong; do
   GNUPGHOME=$work/gnupg gpg --batch --quiet --passphrase '' \
     --quick-gen-key "advlock $k test key <advlock-$k@localhost.invalid>" ed25519 sign never 2>/dev/null
 done
-fpr() { GNUPGHOME=$work/gnupg gpg --batch --with-colons --list-keys "advlock-$1@localhost.invalid" | awk -F: '$1 == "fpr" {print $10; exit}'; }
+fpr() { GNUPGHOME=$work/gnupg gpg --batch --with-colons --list-keys "advlock-$1@localhost.invalid" 2>/dev/null | awk -F: '$1 == "fpr" {print $10; exit}'; }
 GNUPGHOME=$work/gnupg gpg --batch --armor --export-secret-keys "$(fpr signing)" >"$work/signing-key.asc"
 GNUPGHOME=$work/gnupg gpg --batch --export "$(fpr wrong)" >"$work/wrong-keyring.gpg"
 
@@ -46,6 +46,9 @@ check "scripts/release.sh refuses to run without a signing key" \
 check "scripts/release.sh (majors ${majors[*]}, packages from target/packages)" \
   env ADVLOCK_SIGNING_KEY="$work/signing-key.asc" ADVLOCK_RELEASE_PREBUILT=1 ADVLOCK_RELEASE_MAJORS="${majors[*]}" \
   "$repo/scripts/release.sh" "$dist"
+if [ "$failed" -gt 0 ]; then
+  echo "release-dir $passed $failed" >>"$summary"; echo "release: no release directory, nothing more to test"; exit 1
+fi
 suite=${ADVLOCK_APT_SUITE:-stable}
 for m in "${majors[@]}"; do
   d=postgresql-$m-advlock_${version}-1_amd64.deb
