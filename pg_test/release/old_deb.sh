@@ -15,8 +15,8 @@ if [ ! -f "$deb" ]; then
   echo "old_deb: building advlock $version (${commit:0:7}) for PostgreSQL $major with its own scripts/package.sh" >&2
   src=$(mktemp -d /var/tmp/advlock-old-src.XXXXXX)
   git -C "$repo" archive "$commit" | tar -x -C "$src"
-  # A target directory of its own, kept with the cache: a rebuild (another major) is incremental.
-  export CARGO_TARGET_DIR=${ADVLOCK_CACHE:-/var/cache/advlock}/target-$commit
+  # Its own target directory (inside the temporary tree, removed with it: only the .deb is kept).
+  export CARGO_TARGET_DIR=$src/target
   # The source archive has no git history: the changelog's date is the commit's.
   SOURCE_DATE_EPOCH=$(git -C "$repo" log -1 --format=%ct "$commit") "$src/scripts/package.sh" "$major" >"$src/package.log" 2>&1 ||
     { tail -30 "$src/package.log" >&2; rm -rf "$src"; exit 1; }
