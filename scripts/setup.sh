@@ -4,7 +4,8 @@
 # says where each comes from: 15 from bookworm, 17 from Debian trixie pinned low so nothing
 # else is pulled from it unasked, 16 and 18 from pinned PyPI wheels), sudo, PgBouncer,
 # promtool and postgres_exporter (bookworm's prometheus packages, for the monitoring suite), the
-# packaging tools (lintian, a bookworm glibc sysroot to link against), cargo-pgrx 0.18.1, `cargo pgrx init` for every major, and a
+# packaging tools (lintian, a bookworm glibc sysroot to link against), the release tools (apt-utils, gnupg, debootstrap),
+# cargo-pgrx 0.18.1, `cargo pgrx init` for every major, and a
 # Python virtual environment for the real-driver suites.
 # ADVLOCK_PG_MAJORS="15 17" (space separated) limits the majors; the default major
 # (ADVLOCK_DEFAULT_MAJOR in scripts/majors.sh) is always set up.
@@ -31,6 +32,10 @@ command -v dpkg-shlibdeps >/dev/null || need_apt+=(dpkg-dev)
 command -v fakeroot >/dev/null || need_apt+=(fakeroot)
 command -v objdump >/dev/null || need_apt+=(binutils)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)   # the stock-bookworm package test
+# scripts/release.sh: apt-ftparchive (apt-utils) writes the apt indexes, gpg signs them.
+command -v apt-ftparchive >/dev/null || need_apt+=(apt-utils)
+command -v gpg >/dev/null || need_apt+=(gnupg)
+command -v gpgv >/dev/null || need_apt+=(gpgv)
 [ -f /usr/share/java/postgresql.jar ] || need_apt+=(libpostgresql-jdbc-java)   # the README's JDBC snippet
 # lintian is perl; PostgreSQL 17's packages brought trixie's perl, so lintian comes from trixie
 # too, keeping bookworm's apt (apt would otherwise be upgraded along with libapt-pkg-perl).

@@ -23,6 +23,9 @@
 #      (dpkg -i on 15/17, whose servers are Debian's; the tarball's install.sh on 16/18, whose
 #      servers come from wheels), regress + isolation plain and preloaded, remove it, nothing left
 #      pg_test/package/bookworm.sh  the 15 .deb on a debootstrapped stock bookworm (glibc 2.36)
+#      pg_test/release/run.sh       scripts/release.sh's directory and signed apt repository, as a
+#      DBA installs it in debootstrapped Debian systems (15 bookworm, 17 trixie, 18 forky: each
+#      Debian's own server; a wrong key refused; purge leaves nothing), and apt upgrade 0.3.0 -> now
 #  11. pg_test/pg_upgrade/run.sh     a used cluster upgraded with pg_upgrade: 17 -> 18, 16 -> 18,
 #      16 -> 17, 15 -> 17 (a pair the servers cannot upgrade even without advlock: skipped, reported)
 # and prints one closing line: "advlock: N passed, M failed". Exits non-zero on any failure.
@@ -162,6 +165,10 @@ if "$here/package.sh" "${majors[@]}" 2>&1 | tee "$pkglog"; then
     section "package test: the PostgreSQL 15 .deb on a stock Debian bookworm (glibc 2.36)"
     "$repo/pg_test/package/bookworm.sh" || status=1
   fi
+  # The release directory (scripts/release.sh, a throwaway signing key) installed through apt in
+  # clean Debian systems: 15 on bookworm, 17 on trixie, 18 on forky; the apt upgrade 0.3.0 -> now.
+  section "release: signed apt repository in debootstrapped bookworm, trixie, forky; apt upgrade"
+  "$repo/pg_test/release/run.sh" "${majors[@]}" || status=1
   # Major upgrades with pg_upgrade, advlock installed and used (each pair whose majors are here).
   # 17 -> 18 is the journey users take today; a pair whose server builds cannot upgrade even
   # a cluster without advlock is reported as skipped with pg_upgrade's error.
