@@ -7,6 +7,7 @@ run_tests.sh runs this file on its preloaded instance (skipped elsewhere, with t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -204,6 +205,22 @@ def test_lease_released_by_someone_else_cancels_the_async_body(admin: psycopg.Co
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0
         await asyncio.sleep(0.01)
+        await p.close()
+
+    asyncio.run(main())
+
+
+@leases
+def test_a_body_that_swallows_the_cancellation_still_gets_lease_lost(admin: psycopg.Connection[Any]) -> None:
+    async def main() -> None:
+        p = await asyncpg_pool(1)
+        with pytest.raises(advlock.LeaseLost):
+            async with advlock.lease(p, "report", "daily", ttl=0.3, timeout=1.0):
+                await asyncio.to_thread(release_all, admin)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(30)
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
         await p.close()
 
     asyncio.run(main())

@@ -220,7 +220,12 @@ class Lease:
     `token` is the lease id, also its fencing token (larger for every later lease). `lost` is
     None while the lease is held and the reason once a renewal returned false (it expired or
     someone released it) or no renewal succeeded within the TTL; an asyncio body is cancelled
-    then, and leaving the block raises LeaseLost. `check()` raises LeaseLost if it is lost."""
+    then, and leaving the block raises LeaseLost. `check()` raises LeaseLost if it is lost.
+    `renewals` counts the successful renewals.
+
+    On one psycopg connection (rather than a pool) the renewals share it with the body: psycopg
+    runs them one at a time, inside the body's transaction if one is open (an aborted
+    transaction makes them fail until the TTL runs out, and the lease is lost). Prefer a pool."""
 
     def __init__(self, source: object, ns: str, id: str | int, ttl: float, timeout: float, slots: int) -> None:
         self.ns = check_ns(ns)
@@ -359,11 +364,12 @@ class Lease:
         self._closing = True
         # Shielded: a cancellation of this task while releasing still lets the release finish.
         await asyncio.shield(self._close_async())
-        if self._cancelled_body and isinstance(v, asyncio.CancelledError):
-            uncancel = getattr(self._body, "uncancel", None)  # Python 3.11+
-            if uncancel is not None:
-                uncancel()
-            raise self._lost_error() from v
+        if self._cancelled_body:
+            # Take back our own cancellation request (Python 3.11+ counts them); a cancellation
+            # from elsewhere that arrived too still propagates as CancelledError.
+            uncancel = getattr(self._body, "uncancel", None)
+            if uncancel is not None and uncancel() > 0 and isinstance(v, asyncio.CancelledError):
+                return
         if self.lost is not None:
             raise self._lost_error() from v
 
