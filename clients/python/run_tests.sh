@@ -85,7 +85,7 @@ fi
 run_pytest() {
   echo "python-client: pytest against $1 (database $2)"
   ADVLOCK_PY_DSN="postgresql://postgres@127.0.0.1:${3:-$port}/$2" \
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$work/$1.xml" tests
+    "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider --junitxml="$work/$1.xml" tests
   local rc=$? p f
   read -r p f < <("$venv/bin/python" - "$work/$1.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET

@@ -79,7 +79,7 @@ def test_psycopg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connect
     """Pool of 2: while the test holds one connection the renewals must use the other; then it
     holds that other one, and the renewals must move to the first: two backends renewed."""
     with pool(2) as p:
-        with advlock.lease(p, "report", "daily", ttl=0.3, timeout=1.0) as lease:
+        with advlock.lease(p, "report", "daily", ttl=0.6, timeout=1.0) as lease:
             assert lease.token > 0 and lease.lost is None
             row = row_of(admin, lease.token)
             assert row is not None and row[1] is True  # granted
@@ -101,7 +101,7 @@ def test_psycopg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connect
 def test_asyncpg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         p = await asyncpg_pool(2)
-        async with advlock.lease(p, "report", "daily", ttl=0.3, timeout=1.0) as lease:
+        async with advlock.lease(p, "report", "daily", ttl=0.6, timeout=1.0) as lease:
             x = await p.acquire()
             x_pid = x.get_server_pid()
             first = await asyncio.to_thread(renewed_by, admin, lease.token, time.time())
@@ -122,20 +122,20 @@ def test_asyncpg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connect
 @leases
 def test_sqlalchemy_engines_and_a_psycopg_connection(admin: psycopg.Connection[Any]) -> None:
     engine = create_engine(make_url(DSN).set(drivername="postgresql+psycopg"), pool_size=2)
-    with advlock.lease(engine, "report", "sa", ttl=0.3, timeout=1.0) as lease:
+    with advlock.lease(engine, "report", "sa", ttl=0.6, timeout=1.0) as lease:
         wait_until(lambda: lease.renewals >= 2, 5.0, "two renewals")
         assert row_of(admin, lease.token) is not None
     assert row_of(admin, lease.token) is None
     engine.dispose()
     # One psycopg connection: psycopg serializes the renewals with the body's statements.
-    with connect("one-conn") as conn, advlock.lease(conn, "report", "one", ttl=0.3, timeout=1.0) as lease:
-        for _ in range(30):
+    with connect("one-conn") as conn, advlock.lease(conn, "report", "one", ttl=0.6, timeout=1.0) as lease:
+        for _ in range(40):
             conn.execute("SELECT pg_sleep(0.01)")
         assert lease.renewals >= 1 and lease.lost is None
 
     async def main() -> None:
         aengine = create_async_engine(make_url(DSN).set(drivername="postgresql+asyncpg"))
-        async with advlock.lease(aengine, "report", "sa", ttl=0.3, timeout=1.0) as lease:
+        async with advlock.lease(aengine, "report", "sa", ttl=0.6, timeout=1.0) as lease:
             await asyncio.to_thread(wait_until, lambda: lease.renewals >= 2, 5.0, "two renewals")
         assert row_of(admin, lease.token) is None
         await aengine.dispose()
@@ -271,7 +271,7 @@ def test_fenced_write_of_the_next_holder_wins_over_the_stale_one(admin: psycopg.
         with pytest.raises(advlock.LeaseLost):
             with advlock.lease(pa, "report", "daily", ttl=0.3, timeout=1.0) as stale:
                 release_all(admin)  # worker A "paused": its lease ends behind its back
-                with advlock.lease(pb, "report", "daily", ttl=0.3, timeout=1.0) as fresh:
+                with advlock.lease(pb, "report", "daily", ttl=2.0, timeout=1.0) as fresh:
                     assert fresh.token > stale.token
                     with pb.connection() as c:
                         assert c.execute(FENCED, (fresh.token, "b", fresh.token)).rowcount == 1
