@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The Python client's checks: ruff, mypy --strict, then pytest against a real PostgreSQL with
-# the advlock extension, then against the SQL edition (one instance, started here with
-# pg_test/instance.sh, stopped on exit).
+# the advlock extension, against the SQL edition (one instance, started here with
+# pg_test/instance.sh, stopped on exit), and against a second instance with advlock in
+# shared_preload_libraries (the same suite preloaded, and the only run where leases work: the
+# lease tests skip elsewhere, saying why, and check the error there instead).
 # Appends "python-client PASSED FAILED" to $ADVLOCK_SUMMARY if set (ruff and mypy count as one
 # check each). Works as root on a fresh machine: the venv is built here, cached in
 # clients/python/.venv, and rebuilt when requirements-test.txt or pyproject.toml change.
-# ADVLOCK_PY_PORT picks the port (default: the first free one from 5433).
+# ADVLOCK_PY_PORT picks the port (default: the first free one from 5433); the preloaded instance
+# takes the next free one.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -40,17 +43,22 @@ if "$venv/bin/mypy" --strict src/advlock tests; then passed=$((passed + 1)); els
 # shellcheck source=SCRIPTDIR/../../pg_test/instance.sh disable=SC1091  # followed with shellcheck -x
 . "$repo/pg_test/instance.sh"
 port=${ADVLOCK_PY_PORT:-}
-if [ -z "$port" ]; then
-  # The first port nobody listens on (PostgreSQL's socket lock file is in our own directory).
-  for port in $(seq 5433 5533); do
-    (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+# free_port FROM: the first port from FROM nobody listens on (PostgreSQL's socket lock file is in
+# our own directory).
+free_port() {
+  local p
+  for p in $(seq "$1" $(($1 + 100))); do
+    (: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
   done
-fi
+  echo "$1"
+}
+[ -n "$port" ] || port=$(free_port 5433)
+port_pre=$(free_port $((port + 1)))
 work=$(mktemp -d /tmp/advlock-python.XXXXXX)
 chmod 755 "$work"
-trap 'instance_stop "$work"; rm -rf "$work"' EXIT
+trap 'instance_stop "$work/pre"; instance_stop "$work"; rm -rf "$work"' EXIT
 psql_db() { "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -v ON_ERROR_STOP=1 "$@"; }
-# The same suite twice: on the extension, and on the SQL edition (edition/advlock_sql.sql,
+# The same suite on the extension, and on the SQL edition (edition/advlock_sql.sql,
 # same SQL API, for managed PostgreSQL) in a database without the extension.
 if ! instance_start "$work" "$port" ||
    ! psql_db -d postgres -c "CREATE DATABASE advlock_python" -c "CREATE DATABASE advlock_python_edition" ||
@@ -62,12 +70,22 @@ if ! PGOPTIONS='-c search_path=public' psql_db -d advlock_python_edition -f "$re
   cat "$work/edition.log"; echo "python-client: could not install the SQL edition"
   failed=$((failed + 1))
 fi
+# The preloaded instance (leases need advlock's shared memory).
+preloaded=1
+if ! instance_start "$work/pre" "$port_pre" "shared_preload_libraries = 'advlock'" ||
+   ! "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port_pre" -U postgres -v ON_ERROR_STOP=1 -d postgres \
+       -c "CREATE DATABASE advlock_python" ||
+   ! "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port_pre" -U postgres -v ON_ERROR_STOP=1 -d advlock_python \
+       -c "CREATE EXTENSION advlock"; then
+  echo "python-client: could not start PostgreSQL with advlock in shared_preload_libraries"
+  failed=$((failed + 1)) preloaded=0
+fi
 
-# run_pytest NAME DATABASE: pytest against DATABASE, counted from its JUnit report.
+# run_pytest NAME DATABASE [PORT]: pytest against DATABASE, counted from its JUnit report.
 run_pytest() {
   echo "python-client: pytest against $1 (database $2)"
-  ADVLOCK_PY_DSN="postgresql://postgres@127.0.0.1:$port/$2" \
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$work/$1.xml" tests
+  ADVLOCK_PY_DSN="postgresql://postgres@127.0.0.1:${3:-$port}/$2" \
+    "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider --junitxml="$work/$1.xml" tests
   local rc=$? p f
   read -r p f < <("$venv/bin/python" - "$work/$1.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET
@@ -87,5 +105,6 @@ PY
 }
 run_pytest extension advlock_python
 run_pytest edition advlock_python_edition
+[ "$preloaded" -eq 0 ] || run_pytest preloaded advlock_python "$port_pre"
 report
 [ "$failed" -eq 0 ]

@@ -63,3 +63,37 @@ def _nothing_left(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     with connect("advlock-test-check") as conn:
         wait_until(lambda: not advisory_locks(conn), 5.0, f"{request.node.name} to leave no advisory lock")
+
+
+def server_kind() -> str:
+    """'preloaded' (leases work), 'extension' (advlock installed, not preloaded: leases raise
+    55000) or 'edition' (the SQL edition: no leases at all), read from the server once."""
+    global _KIND
+    if _KIND is None:
+        with connect("advlock-test-kind") as conn:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'advlock'),"
+                " 'advlock' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','))"
+            ).fetchone()
+        assert row is not None
+        _KIND = ("preloaded" if row[1] else "extension") if row[0] else "edition"
+    return _KIND
+
+
+_KIND: str | None = None
+
+LEASES_SKIP_REASON = {
+    "extension": "leases need advlock in shared_preload_libraries; this server has the extension without it"
+    " (run_tests.sh runs them on its preloaded instance)",
+    "edition": "the SQL edition has no leases (they live in advlock's shared memory)",
+}
+
+
+def needs_leases() -> pytest.MarkDecorator:
+    kind = server_kind()
+    return pytest.mark.skipif(kind != "preloaded", reason=LEASES_SKIP_REASON.get(kind, ""))
+
+
+def lease_rows(admin: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """(lease, granted, pid) of every row of advlock_leases (held and waiting)."""
+    return [tuple(r) for r in admin.execute("SELECT lease, granted, pid FROM advlock_leases ORDER BY lease").fetchall()]

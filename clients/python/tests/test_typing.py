@@ -8,8 +8,9 @@ from collections.abc import Awaitable
 from typing import Any, assert_type
 
 import psycopg
-from sqlalchemy import create_engine, make_url
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+import psycopg_pool
+from sqlalchemy import Engine, create_engine, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 import advlock
@@ -39,3 +40,20 @@ def test_asyncio_calls_return_awaitables() -> None:
         await engine.dispose()
 
     asyncio.run(main())
+
+
+def test_lease_takes_pools_and_engines() -> None:
+    # Typed only (mypy --strict over this file): lease() accepts every pool and engine kind and
+    # returns a Lease; a DSN string is refused (the `type: ignore` would be unused otherwise).
+    def check(
+        p: psycopg_pool.ConnectionPool[Any],
+        ap: psycopg_pool.AsyncConnectionPool[Any],
+        engine: Engine,
+        aengine: AsyncEngine,
+        conn: psycopg.Connection[Any],
+    ) -> None:
+        for source in (p, ap, engine, aengine, conn):
+            assert_type(advlock.lease(source, "typing", ttl=30, timeout=1), advlock.Lease)
+        advlock.lease("postgresql://", "typing", ttl=30, timeout=1)  # type: ignore[arg-type]
+
+    assert callable(check)

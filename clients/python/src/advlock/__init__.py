@@ -5,8 +5,19 @@ server, keys follow advlock's key spec v1, and the scope rules are enforced, not
 """
 
 from ._api import LockEntry, XactLock, holders, lock, lock_all, try_lock
-from ._errors import Error, Holder, LockLost, LockTimeout, NotInTransaction
+from ._errors import (
+    Error,
+    Holder,
+    LeaseLost,
+    LeasesUnavailable,
+    LeaseTimeout,
+    LockLost,
+    LockTimeout,
+    NotInTransaction,
+    NotPreloaded,
+)
 from ._key import key
+from ._lease import Lease, lease
 from ._session import AsyncHeldLock, HeldLock, SessionLock, session_lock
 
 __version__ = "0.1.0"
@@ -16,14 +27,20 @@ __all__ = [
     "Error",
     "HeldLock",
     "Holder",
+    "Lease",
+    "LeaseLost",
+    "LeaseTimeout",
+    "LeasesUnavailable",
     "LockEntry",
     "LockLost",
     "LockTimeout",
     "NotInTransaction",
+    "NotPreloaded",
     "SessionLock",
     "XactLock",
     "holders",
     "key",
+    "lease",
     "lock",
     "lock_all",
     "session_lock",

@@ -43,6 +43,26 @@ class LockLost(Error):
     the body did after that was not protected. Never swallowed: raised on exit."""
 
 
+class LeaseTimeout(LockTimeout):
+    """advlock_lease waited its whole bounded wait without getting the key (it returned NULL):
+    `holders` lists the holders' pid and application_name from advlock_leases (state None)."""
+
+
+class LeaseLost(LockLost):
+    """A lease ended while its block ran: a renewal returned false (it expired, or someone
+    released it), no renewal succeeded within the TTL, or the release found it already gone.
+    Raised on exit (an asyncio body is cancelled first), never swallowed."""
+
+
+class LeasesUnavailable(Error):
+    """This database has no leases: the SQL edition (or an extension version before them)."""
+
+
+class NotPreloaded(LeasesUnavailable):
+    """advlock is not in shared_preload_libraries, so every lease function raises 55000: add
+    `shared_preload_libraries = 'advlock'` to postgresql.conf and restart PostgreSQL."""
+
+
 @dataclass(frozen=True)
 class Holder:
     """One holder named in a lock-timeout DETAIL."""

@@ -1,0 +1,439 @@
+"""Leases: locks owned by their id, not by a connection (advlock_lease; needs advlock preloaded).
+
+A lease is taken with one statement on any connection and renewed and released with others, so
+unlike a session lock it belongs on a pool: every statement here borrows a pooled connection for
+just that statement. lease() renews in the background every ttl/3 (an asyncio task, or a thread
+for blocking sources), cancels an asyncio body when the lease is lost, and releases it on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Protocol, TypeAlias
+
+from ._api import AsyncConnection, SyncConnection, timeout_ms
+from ._drivers import AsyncAdapter, Row, SyncAdapter, adapt
+from ._errors import Holder, LeaseLost, LeasesUnavailable, LeaseTimeout, NotPreloaded
+from ._key import check_ns, id_text, key
+
+_INT4_MAX = 2**31 - 1
+
+_ACQUIRE = (
+    "SELECT advlock_lease(CAST({} AS text), CAST({} AS text), CAST({} AS int4), CAST({} AS int4),"
+    " slots => CAST({} AS int4))"
+)
+_RENEW = "SELECT advlock_lease_renew(CAST({} AS int8), CAST({} AS int4))"
+_RELEASE = "SELECT advlock_lease_release(CAST({} AS int8))"
+# Who held the key when the wait ran out (advlock_lease returns NULL, not an error with a DETAIL).
+_WHO = "SELECT pid, application_name FROM advlock_leases WHERE key = CAST({} AS int8) AND granted ORDER BY lease"
+
+
+# Where a lease's statements run, structurally (see _api's connection protocols for why not the
+# drivers' classes): a pool or engine that lends a connection per statement, or one psycopg
+# connection (psycopg serializes its statements, so the renewals can share it with the body).
+class _PsycopgPool(Protocol):
+    def getconn(self, timeout: float | None = None) -> Any: ...
+
+
+class _AsyncpgPool(Protocol):
+    # asyncpg ships no types: asyncpg.Pool is Any to mypy and matches any protocol.
+    def get_max_size(self) -> int: ...
+
+
+class _Engine(Protocol):
+    def raw_connection(self) -> Any: ...
+
+
+class _AsyncEngine(Protocol):
+    @property
+    def sync_engine(self) -> Any: ...
+
+
+LeaseSource: TypeAlias = _PsycopgPool | _AsyncpgPool | _Engine | _AsyncEngine | SyncConnection | AsyncConnection
+
+
+def _unavailable(exc: BaseException) -> LeasesUnavailable | None:
+    """NotPreloaded for 55000 (advlock not in shared_preload_libraries), LeasesUnavailable for
+    42883 on advlock_lease* (the SQL edition, or an extension older than leases), else None."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        state = getattr(e, "sqlstate", None)
+        if state == "55000" and "shared_preload_libraries" in str(e):
+            return NotPreloaded(
+                "leases need the advlock library preloaded: add advlock to shared_preload_libraries in "
+                f"postgresql.conf (shared_preload_libraries = 'advlock') and restart PostgreSQL (server: {e})"
+            )
+        if state == "42883" and "advlock_lease" in str(e):
+            return LeasesUnavailable(
+                "this database has no advlock_lease(): leases need the advlock extension (the SQL edition has "
+                f"none), version with leases, preloaded via shared_preload_libraries (server: {e})"
+            )
+        orig = getattr(e, "orig", None)
+        todo += [orig if isinstance(orig, BaseException) else None, e.__cause__, e.__context__]
+    return None
+
+
+class _SyncRunner:
+    """Runs one statement on a connection borrowed for it (or on the one connection)."""
+
+    def __init__(self, source: object) -> None:
+        self.source = source
+
+    def query(self, sql: str, args: Sequence[object], timeout: float | None = None) -> list[Row]:
+        src: Any = self.source
+        if _is_psycopg_pool(src, sync=True):
+            with src.connection(timeout=timeout) as conn:
+                return _sync_adapter(conn).query(sql, args)
+        if _is_sa_engine(src):
+            with src.begin() as conn:
+                return _sync_adapter(conn).query(sql, args)
+        return _sync_adapter(src).query(sql, args)
+
+
+class _AsyncRunner:
+    def __init__(self, source: object) -> None:
+        self.source = source
+
+    async def query(self, sql: str, args: Sequence[object], timeout: float | None = None) -> list[Row]:
+        src: Any = self.source
+        if _is_psycopg_pool(src, sync=False):
+            async with src.connection(timeout=timeout) as conn:
+                return await _async_adapter(conn).query(sql, args)
+        if _is_asyncpg_pool(src):
+            async with src.acquire(timeout=timeout) as conn:
+                return await _async_adapter(conn).query(sql, args)
+        if _is_sa_async_engine(src):
+            async with src.begin() as conn:
+                return await _async_adapter(conn).query(sql, args)
+        return await _async_adapter(src).query(sql, args)
+
+
+def _sync_adapter(conn: object) -> SyncAdapter:
+    a = adapt(conn)
+    assert isinstance(a, SyncAdapter)
+    return a
+
+
+def _async_adapter(conn: object) -> AsyncAdapter:
+    a = adapt(conn)
+    assert isinstance(a, AsyncAdapter)
+    return a
+
+
+def _is_psycopg_pool(src: object, sync: bool) -> bool:
+    if "psycopg_pool" not in sys.modules:
+        return False
+    import psycopg_pool
+
+    return isinstance(src, psycopg_pool.ConnectionPool if sync else psycopg_pool.AsyncConnectionPool)
+
+
+def _is_asyncpg_pool(src: object) -> bool:
+    if "asyncpg" not in sys.modules:
+        return False
+    import asyncpg
+
+    return isinstance(src, asyncpg.Pool)
+
+
+def _is_sa_engine(src: object) -> bool:
+    if "sqlalchemy" not in sys.modules:
+        return False
+    from sqlalchemy.engine import Engine
+
+    return isinstance(src, Engine)
+
+
+def _is_sa_async_engine(src: object) -> bool:
+    if "sqlalchemy.ext.asyncio" not in sys.modules:
+        return False
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    return isinstance(src, AsyncEngine)
+
+
+def _runner(source: object) -> _SyncRunner | _AsyncRunner:
+    """The runner for a pool, an engine or a psycopg connection, or TypeError naming what to pass."""
+    if _is_psycopg_pool(source, sync=True) or _is_sa_engine(source):
+        return _SyncRunner(source)
+    if _is_psycopg_pool(source, sync=False) or _is_asyncpg_pool(source) or _is_sa_async_engine(source):
+        return _AsyncRunner(source)
+    if "psycopg" in sys.modules:
+        import psycopg
+
+        if isinstance(source, psycopg.Connection):
+            return _SyncRunner(source)
+        if isinstance(source, psycopg.AsyncConnection):
+            return _AsyncRunner(source)
+    if "asyncpg" in sys.modules:
+        import asyncpg
+        from asyncpg.pool import PoolConnectionProxy
+
+        if isinstance(source, (asyncpg.Connection, PoolConnectionProxy)):
+            raise TypeError(
+                "source: pass the asyncpg pool, not a connection: an asyncpg connection runs one query at a "
+                "time, so the background renewals would collide with your queries (a lease is fine on a pool)"
+            )
+    if "sqlalchemy" in sys.modules:
+        from sqlalchemy.engine import Connection
+        from sqlalchemy.orm import Session
+
+        async_types: tuple[type, ...] = ()
+        if "sqlalchemy.ext.asyncio" in sys.modules:
+            from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+            from sqlalchemy.ext.asyncio import AsyncSession
+
+            async_types = (SAAsyncConnection, AsyncSession)
+        if isinstance(source, (Connection, Session, *async_types)):
+            raise TypeError(
+                "source: pass the Engine (or AsyncEngine), not a connection or session: the background "
+                "renewals borrow their own pooled connection (SQLAlchemy connections are not shared across tasks)"
+            )
+    raise TypeError(
+        "source: expected a pool (psycopg_pool, asyncpg), a SQLAlchemy Engine/AsyncEngine or a psycopg "
+        f"connection, got {type(source).__module__}.{type(source).__qualname__}"
+    )
+
+
+def _slots(slots: object) -> int:
+    if isinstance(slots, bool) or not isinstance(slots, int):
+        raise TypeError(f"slots must be an int, got {type(slots).__name__}")
+    if not 1 <= slots <= _INT4_MAX:
+        raise ValueError(f"slots must be at least 1 (1: a lock; N: up to N holders at once), got {slots}")
+    return slots
+
+
+class Lease:
+    """What lease() returns: `async with` on an asyncio source, `with` on a blocking one.
+
+    `token` is the lease id, also its fencing token (larger for every later lease). `lost` is
+    None while the lease is held and the reason once a renewal returned false (it expired or
+    someone released it) or no renewal succeeded within the TTL; an asyncio body is cancelled
+    then, and leaving the block raises LeaseLost. `check()` raises LeaseLost if it is lost.
+    `renewals` counts the successful renewals.
+
+    On one psycopg connection (rather than a pool) the renewals share it with the body: psycopg
+    runs them one at a time, inside the body's transaction if one is open (an aborted
+    transaction makes them fail until the TTL runs out, and the lease is lost). Prefer a pool."""
+
+    def __init__(self, source: object, ns: str, id: str | int, ttl: float, timeout: float, slots: int) -> None:
+        self.ns = check_ns(ns)
+        self.id = id_text(id)
+        self.key = key(ns, id)
+        self.ttl_ms = timeout_ms(ttl, "ttl")
+        if self.ttl_ms == 0:
+            raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        self.timeout_ms = timeout_ms(timeout)
+        self.slots = _slots(slots)
+        self._runner = _runner(source)
+        self.token: int = 0
+        self.lost: BaseException | None = None
+        self.renewals = 0  # successful renewals so far
+        self._interval = self.ttl_ms / 3000
+        self._expires = 0.0  # time.monotonic() by which the lease surely ends without a renewal
+        self._last_error: BaseException | None = None
+        self._entered = False
+        self._closing = False
+        # asyncio
+        self._body: asyncio.Task[Any] | None = None
+        self._renewer: asyncio.Task[None] | None = None
+        self._cancelled_body = False
+        # threads
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost else ("held" if self.token else "not taken")
+        return f"<advlock.Lease advlock_key({self.ns!r}, {self.id!r}) token={self.token} {state}>"
+
+    def check(self) -> None:
+        """Raise LeaseLost if the lease is lost: call it before a write that must not run late
+        (and fence the write with `token` anyway: the lease can end between check and write)."""
+        if self.lost is not None:
+            raise self._lost_error()
+
+    def _label(self) -> str:
+        return f"advlock_key('{self.ns}', '{self.id}')"
+
+    def _lost_error(self) -> LeaseLost:
+        return LeaseLost(f"the lease on {self._label()} (token {self.token}) was lost: {self.lost}")
+
+    def _timeout(self, rows: list[Row]) -> LeaseTimeout:
+        e = LeaseTimeout(
+            f"could not obtain a lease on key {self.key} = {self._label()} within {self.timeout_ms} ms"
+            + (f" ({self.slots} slots)" if self.slots > 1 else "")
+        )
+        e.holders = tuple(Holder(int(r[0]), r[1], None) for r in rows)
+        return e
+
+    def _acquire_args(self) -> list[object]:
+        return [self.ns, self.id, self.ttl_ms, self.timeout_ms, self.slots]
+
+    def _mark_lost(self, reason: BaseException) -> None:
+        if self.lost is None:
+            self.lost = reason
+
+    def _renewed(self, ok: object, sent_at: float) -> bool:
+        """Record a renewal's answer; False when it says the lease is gone."""
+        if not ok:
+            self._mark_lost(
+                RuntimeError("advlock_lease_renew returned false: the lease expired or was released by someone else")
+            )
+            return False
+        self.renewals += 1
+        self._expires = sent_at + self.ttl_ms / 1000
+        self._last_error = None
+        return True
+
+    def _expired(self) -> bool:
+        if time.monotonic() < self._expires:
+            return False
+        why = f"no renewal succeeded within the ttl of {self.ttl_ms} ms"
+        self._mark_lost(RuntimeError(f"{why}; last error: {self._last_error!r}" if self._last_error else why))
+        return True
+
+    def _next_delay(self) -> float:
+        # After a failed renewal, retry sooner (but not in a busy loop) while time remains.
+        if self._last_error is None:
+            return self._interval
+        return max(0.01, min(self._interval, (self._expires - time.monotonic()) / 4))
+
+    # ---- asyncio -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Lease:
+        self._enter_once()
+        if not isinstance(self._runner, _AsyncRunner):
+            raise TypeError("advlock.lease() on a blocking source: use `with`, not `async with`")
+        runner = self._runner
+        sent_at = time.monotonic()
+        try:
+            rows = await runner.query(_ACQUIRE, self._acquire_args())
+            if rows[0][0] is None:
+                raise self._timeout(await runner.query(_WHO, [self.key]))
+        except Exception as e:
+            unavailable = _unavailable(e)
+            if unavailable is None:
+                raise
+            raise unavailable from e
+        self.token = int(rows[0][0])
+        self._expires = sent_at + self.ttl_ms / 1000
+        self._body = asyncio.current_task()
+        self._renewer = asyncio.create_task(self._renew_async(runner), name=f"advlock lease {self.token} renewals")
+        return self
+
+    async def _renew_async(self, runner: _AsyncRunner) -> None:
+        while True:
+            await asyncio.sleep(self._next_delay())
+            if self._expired():
+                break
+            sent_at = time.monotonic()
+            remaining = self._expires - sent_at
+            try:
+                rows = await asyncio.wait_for(runner.query(_RENEW, [self.token, self.ttl_ms], remaining), remaining)
+            except Exception as e:  # a pool timeout, a lost connection: retry while the lease lasts
+                self._last_error = e
+                continue
+            if not self._renewed(rows[0][0], sent_at):
+                break
+        if not self._closing and self._body is not None:
+            self._cancelled_body = True
+            self._body.cancel(f"advlock: the lease on {self._label()} (token {self.token}) was lost")
+
+    async def _close_async(self) -> None:
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
+        assert isinstance(self._runner, _AsyncRunner)
+        released = (await self._runner.query(_RELEASE, [self.token]))[0][0]
+        if not released:
+            self._mark_lost(RuntimeError("advlock_lease_release found the lease already ended"))
+
+    async def __aexit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
+        self._closing = True
+        # Shielded: a cancellation of this task while releasing still lets the release finish.
+        await asyncio.shield(self._close_async())
+        if self._cancelled_body:
+            # Take back our own cancellation request (Python 3.11+ counts them); a cancellation
+            # from elsewhere that arrived too still propagates as CancelledError.
+            uncancel = getattr(self._body, "uncancel", None)
+            if uncancel is not None and uncancel() > 0 and isinstance(v, asyncio.CancelledError):
+                return
+        if self.lost is not None:
+            raise self._lost_error() from v
+
+    # ---- threads -------------------------------------------------------------------------
+
+    def __enter__(self) -> Lease:
+        self._enter_once()
+        if not isinstance(self._runner, _SyncRunner):
+            raise TypeError("advlock.lease() on an asyncio source: use `async with`")
+        runner = self._runner
+        sent_at = time.monotonic()
+        try:
+            rows = runner.query(_ACQUIRE, self._acquire_args())
+            if rows[0][0] is None:
+                raise self._timeout(runner.query(_WHO, [self.key]))
+        except Exception as e:
+            unavailable = _unavailable(e)
+            if unavailable is None:
+                raise
+            raise unavailable from e
+        self.token = int(rows[0][0])
+        self._expires = sent_at + self.ttl_ms / 1000
+        self._thread = threading.Thread(
+            target=self._renew_thread, args=(runner,), name=f"advlock lease {self.token} renewals", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _renew_thread(self, runner: _SyncRunner) -> None:
+        while not self._stop.wait(self._next_delay()):
+            if self._expired():
+                return
+            sent_at = time.monotonic()
+            try:
+                rows = runner.query(_RENEW, [self.token, self.ttl_ms], self._expires - sent_at)
+            except Exception as e:
+                self._last_error = e
+                continue
+            if self._stop.is_set():
+                return  # exiting: the release decides
+            if not self._renewed(rows[0][0], sent_at):
+                return
+
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
+        self._closing = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        assert isinstance(self._runner, _SyncRunner)
+        if not self._runner.query(_RELEASE, [self.token])[0][0]:
+            self._mark_lost(RuntimeError("advlock_lease_release found the lease already ended"))
+        if self.lost is not None:
+            raise self._lost_error() from v
+
+    def _enter_once(self) -> None:
+        if self._entered:
+            raise RuntimeError("an advlock.lease() object is entered once: call advlock.lease() again")
+        self._entered = True
+
+
+def lease(source: LeaseSource, ns: str, id: str | int = "", *, ttl: float, timeout: float, slots: int = 1) -> Lease:
+    """A lease on (ns, id) for the `with` / `async with` block: taken with a server-side bounded
+    wait of at most `timeout` seconds (LeaseTimeout after, naming the holders), renewed every
+    ttl/3 in the background on any connection of `source` (a pool, an engine, or one psycopg
+    connection), released on exit whatever happens. `slots=N` lets N leases hold the key at once.
+    Needs advlock in shared_preload_libraries (NotPreloaded otherwise)."""
+    return Lease(source, ns, id, ttl, timeout, slots)

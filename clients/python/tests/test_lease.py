@@ -1,0 +1,432 @@
+"""Leases through pools (psycopg_pool, asyncpg, SQLAlchemy engines): taken, renewed on several
+pooled backends, released on exit; lost (released by someone else, or expired while renewals
+were blocked) sets `lost` and cancels an asyncio body; the next holder's fenced write wins;
+timeouts, cancelled waits and bad arguments. Needs advlock in shared_preload_libraries:
+run_tests.sh runs this file on its preloaded instance (skipped elsewhere, with the reason)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+import psycopg
+import psycopg_pool
+import pytest
+from sqlalchemy import create_engine, make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+
+import advlock
+from conftest import DSN, connect, lease_rows, needs_leases, server_kind, wait_until
+
+leases = needs_leases()
+
+
+@pytest.fixture(autouse=True)
+def _no_lease_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every lease test must leave no lease and no waiter behind."""
+    yield
+    if server_kind() == "preloaded":
+        with connect("advlock-test-check") as conn:
+            wait_until(lambda: not lease_rows(conn), 5.0, f"{request.node.name} to leave no row in advlock_leases")
+
+
+def pool(size: int = 2, app: str = "lease-pool") -> psycopg_pool.ConnectionPool[Any]:
+    p: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        DSN, min_size=size, max_size=size, kwargs={"autocommit": True, "application_name": app}, open=True
+    )
+    p.wait()
+    return p
+
+
+async def apool(size: int = 2, app: str = "lease-pool") -> psycopg_pool.AsyncConnectionPool[Any]:
+    p: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
+        DSN, min_size=size, max_size=size, kwargs={"autocommit": True, "application_name": app}, open=False
+    )
+    await p.open(wait=True)
+    return p
+
+
+async def asyncpg_pool(size: int = 2, app: str = "lease-pool") -> asyncpg.Pool:
+    return await asyncpg.create_pool(DSN, min_size=size, max_size=size, server_settings={"application_name": app})
+
+
+def row_of(admin: psycopg.Connection[Any], token: int) -> tuple[Any, ...] | None:
+    rows = [r for r in lease_rows(admin) if r[0] == token]
+    return rows[0] if rows else None
+
+
+def renewed_by(admin: psycopg.Connection[Any], token: int, since: float) -> int:
+    """The pid of advlock_leases for `token` once a renewal newer than `since` (epoch seconds) shows."""
+
+    def fresh() -> int:
+        row = admin.execute(
+            "SELECT pid FROM advlock_leases WHERE lease = %s AND renewed_at > to_timestamp(%s)", (token, since)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    return wait_until(fresh, 5.0, "a renewal")
+
+
+# ---- take, renew on two backends, release -------------------------------------------------
+
+
+@leases
+def test_psycopg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connection[Any]) -> None:
+    """Pool of 2: while the test holds one connection the renewals must use the other; then it
+    holds that other one, and the renewals must move to the first: two backends renewed."""
+    with pool(2) as p:
+        with advlock.lease(p, "report", "daily", ttl=0.6, timeout=1.0) as lease:
+            assert lease.token > 0 and lease.lost is None
+            row = row_of(admin, lease.token)
+            assert row is not None and row[1] is True  # granted
+            x = p.getconn()
+            first = renewed_by(admin, lease.token, time.time())
+            assert first != x.info.backend_pid
+            y = p.getconn()  # the only other connection: the one that just renewed
+            assert y.info.backend_pid == first
+            p.putconn(x)
+            second = renewed_by(admin, lease.token, time.time())
+            assert second == x.info.backend_pid != first
+            p.putconn(y)
+            lease.check()
+        assert lease.lost is None and lease.renewals >= 2
+        assert row_of(admin, lease.token) is None  # released on exit, renewals stopped
+
+
+@leases
+def test_asyncpg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connection[Any]) -> None:
+    async def main() -> None:
+        p = await asyncpg_pool(2)
+        async with advlock.lease(p, "report", "daily", ttl=0.6, timeout=1.0) as lease:
+            x = await p.acquire()
+            x_pid = x.get_server_pid()
+            first = await asyncio.to_thread(renewed_by, admin, lease.token, time.time())
+            assert first != x_pid
+            y = await p.acquire()
+            assert y.get_server_pid() == first
+            await p.release(x)
+            second = await asyncio.to_thread(renewed_by, admin, lease.token, time.time())
+            assert second == x_pid != first
+            await p.release(y)
+        assert lease.lost is None and lease.renewals >= 2
+        assert row_of(admin, lease.token) is None
+        await p.close()
+
+    asyncio.run(main())
+
+
+@leases
+def test_sqlalchemy_engines_and_a_psycopg_connection(admin: psycopg.Connection[Any]) -> None:
+    engine = create_engine(make_url(DSN).set(drivername="postgresql+psycopg"), pool_size=2)
+    with advlock.lease(engine, "report", "sa", ttl=0.6, timeout=1.0) as lease:
+        wait_until(lambda: lease.renewals >= 2, 5.0, "two renewals")
+        assert row_of(admin, lease.token) is not None
+    assert row_of(admin, lease.token) is None
+    engine.dispose()
+    # One psycopg connection: psycopg serializes the renewals with the body's statements.
+    with connect("one-conn") as conn, advlock.lease(conn, "report", "one", ttl=0.6, timeout=1.0) as lease:
+        for _ in range(40):
+            conn.execute("SELECT pg_sleep(0.01)")
+        assert lease.renewals >= 1 and lease.lost is None
+
+    async def main() -> None:
+        aengine = create_async_engine(make_url(DSN).set(drivername="postgresql+asyncpg"))
+        async with advlock.lease(aengine, "report", "sa", ttl=0.6, timeout=1.0) as lease:
+            await asyncio.to_thread(wait_until, lambda: lease.renewals >= 2, 5.0, "two renewals")
+        assert row_of(admin, lease.token) is None
+        await aengine.dispose()
+
+    asyncio.run(main())
+
+
+@leases
+def test_release_on_exit_whatever_happens(admin: psycopg.Connection[Any]) -> None:
+    with pool(1) as p:
+        with pytest.raises(ZeroDivisionError), advlock.lease(p, "report", "boom", ttl=5.0, timeout=1.0) as lease:
+            assert row_of(admin, lease.token) is not None
+            _ = 1 / 0
+        assert row_of(admin, lease.token) is None
+
+    async def main() -> None:
+        p = await asyncpg_pool(1)
+        with pytest.raises(KeyError):
+            async with advlock.lease(p, "report", "boom", ttl=5.0, timeout=1.0) as lease:
+                raise KeyError("body")
+        assert row_of(admin, lease.token) is None
+        # An outer cancellation of the body releases too.
+        entered = asyncio.Event()
+
+        async def body() -> None:
+            async with advlock.lease(p, "report", "boom", ttl=5.0, timeout=1.0):
+                entered.set()
+                await asyncio.sleep(30)
+
+        task = asyncio.create_task(body())
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert lease_rows(admin) == []
+        await p.close()
+
+    asyncio.run(main())
+
+
+# ---- lost leases ---------------------------------------------------------------------------
+
+
+def release_all(admin: psycopg.Connection[Any]) -> None:
+    """Another session ends every lease, as an operator would."""
+    admin.execute("SELECT advlock_lease_release(lease) FROM advlock_leases WHERE granted")
+
+
+@leases
+def test_lease_released_by_someone_else_cancels_the_async_body(admin: psycopg.Connection[Any]) -> None:
+    async def main() -> None:
+        p = await asyncpg_pool(2)
+        reached_end = False
+        started = time.monotonic()
+        with pytest.raises(advlock.LeaseLost, match="returned false") as info:
+            async with advlock.lease(p, "report", "daily", ttl=0.3, timeout=1.0) as lease:
+                await asyncio.to_thread(release_all, admin)
+                await asyncio.sleep(30)  # cancelled by the next renewal (within ~0.1 s)
+                reached_end = True
+        assert not reached_end and time.monotonic() - started < 5
+        assert isinstance(info.value, advlock.LockLost)
+        assert isinstance(info.value.__cause__, asyncio.CancelledError)
+        assert lease.lost is not None
+        with pytest.raises(advlock.LeaseLost):
+            lease.check()
+        # The task is not left "cancelling": later awaits in it work normally.
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+        await asyncio.sleep(0.01)
+        await p.close()
+
+    asyncio.run(main())
+
+
+@leases
+def test_a_body_that_swallows_the_cancellation_still_gets_lease_lost(admin: psycopg.Connection[Any]) -> None:
+    async def main() -> None:
+        p = await asyncpg_pool(1)
+        with pytest.raises(advlock.LeaseLost):
+            async with advlock.lease(p, "report", "daily", ttl=0.3, timeout=1.0):
+                await asyncio.to_thread(release_all, admin)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(30)
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+        await p.close()
+
+    asyncio.run(main())
+
+
+@leases
+def test_ttl_runs_out_while_renewals_are_blocked(admin: psycopg.Connection[Any]) -> None:
+    """A pool of 1 whose only connection the body keeps: no renewal can run, the lease expires
+    on the server at its TTL, `lost` is set and the body is cancelled."""
+
+    async def main() -> None:
+        p = await apool(1)
+        with pytest.raises(advlock.LeaseLost, match="no renewal succeeded within the ttl of 400 ms") as info:
+            async with advlock.lease(p, "report", "daily", ttl=0.4, timeout=1.0) as lease:
+                async with p.connection() as conn:
+                    await conn.execute("SELECT 1")
+                    await asyncio.sleep(30)
+        # The renewals' last error: no connection in time (the pool's timeout or the renewal's own).
+        assert "PoolTimeout" in str(info.value) or "TimeoutError" in str(info.value)
+        assert lease.lost is not None and lease.renewals == 0
+        # Expired on the server too (the release on exit found it gone).
+        assert row_of(admin, lease.token) is None
+        await p.close()
+
+    asyncio.run(main())
+
+
+@leases
+def test_sync_lost_lease_sets_lost_and_exit_raises(admin: psycopg.Connection[Any]) -> None:
+    with pool(2) as p:
+        with pytest.raises(advlock.LeaseLost):
+            with advlock.lease(p, "report", "daily", ttl=0.3, timeout=1.0) as lease:
+                release_all(admin)
+                wait_until(lambda: lease.lost is not None, 5.0, "the renewal thread to notice")
+                with pytest.raises(advlock.LeaseLost, match=rf"token {lease.token}\) was lost"):
+                    lease.check()
+
+
+FENCED = "UPDATE report_output SET fence = %s, body = %s WHERE id = 1 AND fence < %s"
+
+
+@leases
+def test_fenced_write_of_the_next_holder_wins_over_the_stale_one(admin: psycopg.Connection[Any]) -> None:
+    admin.execute("DROP TABLE IF EXISTS report_output")
+    admin.execute("CREATE TABLE report_output (id int PRIMARY KEY, fence bigint NOT NULL, body text)")
+    admin.execute("INSERT INTO report_output VALUES (1, 0, NULL)")
+    with pool(2, "worker-a") as pa, pool(2, "worker-b") as pb:
+        with pytest.raises(advlock.LeaseLost):
+            with advlock.lease(pa, "report", "daily", ttl=0.3, timeout=1.0) as stale:
+                release_all(admin)  # worker A "paused": its lease ends behind its back
+                with advlock.lease(pb, "report", "daily", ttl=2.0, timeout=1.0) as fresh:
+                    assert fresh.token > stale.token
+                    with pb.connection() as c:
+                        assert c.execute(FENCED, (fresh.token, "b", fresh.token)).rowcount == 1
+                    # The stale worker's write changes nothing, whatever it believes.
+                    with pa.connection() as c:
+                        assert c.execute(FENCED, (stale.token, "a", stale.token)).rowcount == 0
+                assert fresh.lost is None
+    assert admin.execute("SELECT fence, body FROM report_output").fetchone() == (fresh.token, "b")
+    admin.execute("DROP TABLE report_output")
+
+
+# ---- timeouts, semaphores, cancelled waits -------------------------------------------------
+
+
+@leases
+def test_timeout_raises_lease_timeout_naming_the_holder(admin: psycopg.Connection[Any]) -> None:
+    with pool(1, "holder") as ph, pool(1, "waiter") as pw:
+        with advlock.lease(ph, "report", "daily", ttl=5.0, timeout=0) as held:
+            started = time.monotonic()
+            with pytest.raises(advlock.LeaseTimeout, match="within 200 ms") as info:
+                with advlock.lease(pw, "report", "daily", ttl=5.0, timeout=0.2):
+                    raise AssertionError("must not get the lease")
+            assert 0.15 < time.monotonic() - started < 2
+            assert isinstance(info.value, advlock.LockTimeout)
+            row = row_of(admin, held.token)
+            assert row is not None and info.value.pid == row[2] and info.value.application_name == "holder"
+
+
+@leases
+def test_semaphore_slots(admin: psycopg.Connection[Any]) -> None:
+    with pool(2) as p:
+        with advlock.lease(p, "reports", "running", ttl=5.0, timeout=0, slots=2) as one:
+            with advlock.lease(p, "reports", "running", ttl=5.0, timeout=0, slots=2) as two:
+                assert one.token != two.token
+                with pytest.raises(advlock.LeaseTimeout, match=r"\(2 slots\)") as info:
+                    with advlock.lease(p, "reports", "running", ttl=5.0, timeout=0, slots=2):
+                        pass
+                assert len(info.value.holders) == 2
+
+
+async def _cancel_a_waiting_lease(source: Any, admin: psycopg.Connection[Any]) -> None:
+    with pool(1, "holder") as ph, advlock.lease(ph, "report", "daily", ttl=10.0, timeout=0) as held:
+
+        async def wait() -> None:
+            async with advlock.lease(source, "report", "daily", ttl=5.0, timeout=30.0):
+                raise AssertionError("must not get the lease while it is held")
+
+        task = asyncio.create_task(wait())
+
+        def waiters() -> list[tuple[Any, ...]]:
+            return [r for r in lease_rows(admin) if not r[1]]
+
+        deadline = time.monotonic() + 10
+        while not waiters():
+            assert time.monotonic() < deadline, "the waiter never queued"
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # No waiter left (the server-side wait was cancelled), the holder still holds.
+        await asyncio.to_thread(wait_until, lambda: not waiters(), 2.0, "the waiter row to go")
+        assert [r[0] for r in lease_rows(admin)] == [held.token]
+    # And the source is still usable: the key is free now.
+    async with advlock.lease(source, "report", "daily", ttl=5.0, timeout=1.0) as lease:
+        assert lease.token > held.token
+
+
+@leases
+def test_cancelled_wait_leaves_no_waiter_asyncpg(admin: psycopg.Connection[Any]) -> None:
+    async def main() -> None:
+        p = await asyncpg_pool(1)
+        await _cancel_a_waiting_lease(p, admin)
+        await p.close()
+
+    asyncio.run(main())
+
+
+@leases
+def test_cancelled_wait_leaves_no_waiter_psycopg_pool(admin: psycopg.Connection[Any]) -> None:
+    async def main() -> None:
+        p = await apool(1)
+        await _cancel_a_waiting_lease(p, admin)
+        await p.close()
+
+    asyncio.run(main())
+
+
+# ---- errors before any round trip, wrong sources, servers without leases --------------------
+
+BAD_LEASES = [
+    ({"ttl": 0, "timeout": 1}, ValueError, "ttl"),
+    ({"ttl": -1, "timeout": 1}, ValueError, "ttl"),
+    ({"ttl": float("inf"), "timeout": 1}, ValueError, "ttl"),
+    ({"ttl": "30", "timeout": 1}, TypeError, "ttl"),
+    ({"ttl": 30, "timeout": -1}, ValueError, "timeout"),
+    ({"ttl": 30, "timeout": True}, TypeError, "timeout"),
+    ({"ttl": 30, "timeout": 1, "slots": 0}, ValueError, "slots"),
+    ({"ttl": 30, "timeout": 1, "slots": True}, TypeError, "slots"),
+    ({"ttl": 30, "timeout": 1, "slots": 2.0}, TypeError, "slots"),
+    ({"ttl": 30, "timeout": 1, "ns": ""}, ValueError, "ns"),
+    ({"ttl": 30, "timeout": 1, "id": True}, TypeError, "id"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "name"), BAD_LEASES)
+def test_bad_arguments_before_any_round_trip(kwargs: dict[str, Any], error: type[Exception], name: str) -> None:
+    # A pool that was never opened: any round trip would fail with psycopg_pool's own error.
+    p: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool("host=/nonexistent port=1", open=False)
+    args = {"ns": "report", "id": "daily", **kwargs}
+    with pytest.raises(error, match=rf"^{name}\b"):
+        advlock.lease(p, **args)
+
+
+def test_wrong_sources_name_what_to_pass() -> None:
+    async def main() -> None:
+        conn = await asyncpg.connect(DSN)
+        with pytest.raises(TypeError, match=r"^source: pass the asyncpg pool, not a connection"):
+            advlock.lease(conn, "report", ttl=30, timeout=1)
+        await conn.close()
+        aconn = await psycopg.AsyncConnection.connect(DSN, autocommit=True)
+        with pytest.raises(TypeError, match="use `async with`"):
+            with advlock.lease(aconn, "report", ttl=30, timeout=1):
+                pass
+        await aconn.close()
+
+    asyncio.run(main())
+    with pytest.raises(TypeError, match=r"^source: expected a pool"):
+        advlock.lease(DSN, "report", ttl=30, timeout=1)  # type: ignore[arg-type]
+    engine = create_engine(make_url(DSN).set(drivername="postgresql+psycopg"))
+    with engine.connect() as c, pytest.raises(TypeError, match=r"^source: pass the Engine"):
+        advlock.lease(c, "report", ttl=30, timeout=1)
+    engine.dispose()
+
+
+@pytest.mark.skipif(server_kind() != "extension", reason="only on a server with the extension but no preload")
+def test_not_preloaded_says_to_add_advlock_to_shared_preload_libraries() -> None:
+    with pool(1) as p:
+        with pytest.raises(advlock.NotPreloaded, match=r"add advlock to shared_preload_libraries") as info:
+            with advlock.lease(p, "report", "daily", ttl=30, timeout=1):
+                pass
+        assert isinstance(info.value, advlock.LeasesUnavailable)
+        assert getattr(info.value.__cause__, "sqlstate", None) == "55000"
+
+    async def main() -> None:
+        ap = await asyncpg_pool(1)
+        with pytest.raises(advlock.NotPreloaded):
+            async with advlock.lease(ap, "report", "daily", ttl=30, timeout=1):
+                pass
+        await ap.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.skipif(server_kind() != "edition", reason="only on the SQL edition")
+def test_the_sql_edition_has_no_leases() -> None:
+    with pool(1) as p, pytest.raises(advlock.LeasesUnavailable, match="the SQL edition has none"):
+        with advlock.lease(p, "report", "daily", ttl=30, timeout=1):
+            pass
