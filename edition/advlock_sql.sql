@@ -1746,20 +1746,6 @@ COMMENT ON FUNCTION @extschema@.advlock_try_with_token(pg_catalog.text, pg_catal
   'advlock: take the advisory lock on advlock_key(ns, id) (default scope session) and return a fencing token that only ever grows; NULL when the wait ran out';
 COMMENT ON FUNCTION @extschema@.advlock_try_with_token(pg_catalog.text, pg_catalog.int8, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
   'advlock: take the advisory lock on advlock_key(ns, id) (default scope session) and return a fencing token that only ever grows; NULL when the wait ran out';
-COMMENT ON FUNCTION @extschema@.advlock_lease(pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4) IS
-  'advlock: take a lease on key for ttl_ms, waiting at most timeout_ms (first come, first served; slots => N lets N leases hold the key); returns the lease id, which is its fencing token, or NULL when the wait ran out; needs shared_preload_libraries';
-COMMENT ON FUNCTION @extschema@.advlock_lease(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4) IS
-  'advlock: take a lease on advlock_key(ns, id) for ttl_ms, waiting at most timeout_ms; returns the lease id (its fencing token) or NULL when the wait ran out; needs shared_preload_libraries';
-COMMENT ON FUNCTION @extschema@.advlock_lease(pg_catalog.text, pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4) IS
-  'advlock: take a lease on advlock_key(ns, id) for ttl_ms, waiting at most timeout_ms; returns the lease id (its fencing token) or NULL when the wait ran out; needs shared_preload_libraries';
-COMMENT ON FUNCTION @extschema@.advlock_lease_renew(pg_catalog.int8, pg_catalog.int4) IS
-  'advlock: extend the lease to ttl_ms from now, from any connection of this database; false when it already ended (expired or released): the caller has lost it';
-COMMENT ON FUNCTION @extschema@.advlock_lease_release(pg_catalog.int8) IS
-  'advlock: end the lease now and hand its key to the next waiter; false when it had already ended';
-COMMENT ON FUNCTION @extschema@.advlock_lease_entries() IS
-  'advlock (internal): the feed of the advlock_leases view, one row per lease held or awaited in this database';
-COMMENT ON FUNCTION @extschema@.advlock_lease_stats() IS
-  'advlock (internal): the feed of the advlock_lease_stats view';
 COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.int8, pg_catalog.text) IS
   'advlock: whether this backend holds the advisory lock on key in mode (any scope); the check a leader runs before each unit of work';
 COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS

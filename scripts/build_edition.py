@@ -5,7 +5,10 @@ import sys
 repo = sys.argv[1]
 version = re.search(r'^version\s*=\s*"([^"]+)"', open(f"{repo}/Cargo.toml").read(), re.M).group(1)
 # Objects that exist only in the extension, with the reason (the README lists them too).
-PRELOAD_ONLY = ("advlock_stats", "advlock_stats_info", "advlock_stats_reset")
+PRELOAD_ONLY = ("advlock_stats", "advlock_stats_info", "advlock_stats_reset",
+                # leases and semaphores: shared memory (pg_test/edition/extension_only.txt)
+                "advlock_lease", "advlock_lease_renew", "advlock_lease_release",
+                "advlock_lease_entries", "advlock_lease_stats", "advlock_leases")
 
 def read(path):
     return open(f"{repo}/{path}").read()
