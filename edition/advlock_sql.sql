@@ -359,6 +359,11 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'Omit the argument to use its default, or pass one of the allowed values.';
     END IF;
+    IF scope IN ('exclusive', 'shared') THEN
+        RAISE EXCEPTION 'invalid value for argument "scope" of %: "%"', fn, scope
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = format('''%s'' is a mode: pass it by name, mode => ''%s'' (the argument after timeout_ms is scope: ''xact'' or ''session'').', scope, scope);
+    END IF;
     RAISE EXCEPTION 'invalid value for argument "scope" of %: "%"', fn, @extschema@.advlock_edition_display(scope)
         USING ERRCODE = 'invalid_parameter_value',
               HINT = 'Allowed values are ''xact'' (released at commit or rollback) and ''session'' (held until advlock_unlock or disconnect).';

@@ -1,4 +1,6 @@
 //! Error reporting in PostgreSQL's style: SQLSTATE, a message naming the argument, a hint.
+//! The helpers are #[track_caller], so an error's LOCATION is the line that asked for the check
+//! (pgrx records the caller of `ErrorReport::new`), not this file.
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgLogLevel;
@@ -38,6 +40,7 @@ impl Report {
 
 /// 22004: a NULL would otherwise flow silently into the lock manager (`pg_advisory_lock(NULL)`
 /// takes no lock and returns NULL), so every advlock argument is checked explicitly.
+#[track_caller]
 pub fn null_argument(function: &str, argument: &str) -> ! {
     Report::new(
         PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
@@ -59,6 +62,7 @@ pub fn null_argument(function: &str, argument: &str) -> ! {
 }
 
 /// 22023 for a value outside the accepted set.
+#[track_caller]
 pub fn invalid_argument(message: impl Into<String>, hint: impl Into<String>) -> ! {
     Report::new(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, message)
         .hint(hint)
@@ -66,6 +70,7 @@ pub fn invalid_argument(message: impl Into<String>, hint: impl Into<String>) -> 
 }
 
 /// Unwraps an SQL argument or raises 22004 naming it.
+#[track_caller]
 pub fn required<T>(value: Option<T>, function: &str, argument: &str) -> T {
     match value {
         Some(v) => v,

@@ -46,6 +46,7 @@ pub fn decimal(id: i64, buf: &mut [u8; 20]) -> &[u8] {
 }
 
 /// Validates the namespace argument shared by every `(ns, id)` function.
+#[track_caller]
 pub fn namespace<'a>(ns: Option<ServerText<'a>>, function: &str) -> ServerText<'a> {
     let ns = required(ns, function, "ns");
     if ns.as_bytes().is_empty() {

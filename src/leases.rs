@@ -35,6 +35,7 @@ const LEASE: &str = "advlock_lease";
 const RENEW: &str = "advlock_lease_renew";
 const RELEASE: &str = "advlock_lease_release";
 
+#[track_caller]
 fn ttl(value: Option<i32>, function: &str) -> i32 {
     let ms = required(value, function, "ttl_ms");
     if ms <= 0 {
@@ -46,6 +47,7 @@ fn ttl(value: Option<i32>, function: &str) -> i32 {
     ms
 }
 
+#[track_caller]
 fn slot_count(value: Option<i32>, function: &str) -> u32 {
     let n = required(value, function, "slots");
     if n < 1 {

@@ -5,11 +5,20 @@ pub use crate::lock_mode::{Mode, Scope};
 use crate::server_text::ServerText;
 
 impl Scope {
+    #[track_caller]
     pub fn parse(value: Option<ServerText>, function: &str) -> Scope {
         let value = required(value, function, "scope");
         match value.as_bytes() {
             b"xact" => Scope::Xact,
             b"session" => Scope::Session,
+            // A mode in the scope position: (key, timeout_ms, 'shared') is the usual slip.
+            mode @ (b"exclusive" | b"shared") => {
+                let mode = String::from_utf8_lossy(mode);
+                invalid_argument(
+                    format!("invalid value for argument \"scope\" of {function}: \"{mode}\""),
+                    format!("'{mode}' is a mode: pass it by name, mode => '{mode}' (the argument after timeout_ms is scope: 'xact' or 'session')."),
+                )
+            }
             _ => invalid_argument(
                 format!("invalid value for argument \"scope\" of {function}: \"{}\"", value.display()),
                 "Allowed values are 'xact' (released at commit or rollback) and 'session' (held until advlock_unlock or disconnect).",
@@ -19,6 +28,7 @@ impl Scope {
 }
 
 impl Mode {
+    #[track_caller]
     pub fn parse(value: Option<ServerText>, function: &str) -> Mode {
         let value = required(value, function, "mode");
         match value.as_bytes() {
@@ -49,6 +59,7 @@ pub struct Target<'a> {
 }
 
 impl<'a> Target<'a> {
+    #[track_caller]
     pub fn from_key(key: Option<i64>, function: &str) -> Target<'a> {
         Target {
             key: required(key, function, "key"),
@@ -56,6 +67,7 @@ impl<'a> Target<'a> {
         }
     }
 
+    #[track_caller]
     pub fn from_text(
         ns: Option<ServerText<'a>>,
         id: Option<ServerText<'a>>,
@@ -69,6 +81,7 @@ impl<'a> Target<'a> {
         }
     }
 
+    #[track_caller]
     pub fn from_int(ns: Option<ServerText<'a>>, id: Option<i64>, function: &str) -> Target<'a> {
         let ns = keys::namespace(ns, function);
         let id = required(id, function, "id");
@@ -101,6 +114,7 @@ impl<'a> Target<'a> {
     }
 }
 
+#[track_caller]
 pub fn timeout(value: Option<i32>, function: &str) -> i32 {
     let ms = required(value, function, "timeout_ms");
     if ms < 0 {

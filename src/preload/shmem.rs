@@ -100,6 +100,7 @@ pub unsafe fn init_struct(name: &core::ffi::CStr, size: usize) -> (*mut u8, bool
 }
 
 /// The statistics functions' error without preload, worded like pg_stat_statements'.
+#[track_caller]
 pub fn require_preload(function: &str) -> ! {
     Report::new(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -52,6 +52,8 @@ SELECT advlock_try_with_timeout(1, NULL);
 SELECT advlock_try_with_timeout(1, -1);
 SELECT advlock_try_with_timeout(1, 0, scope => 'transaction');
 SELECT advlock_try_with_timeout(1, 0, mode => 'share');
+-- A mode where the scope goes: the HINT says to pass it by name.
+SELECT advlock_try_with_timeout(1, 100, 'shared');
 SELECT advlock_try_with_timeout('', 'x', 0);
 SELECT advlock_lock_with_timeout('jobs', NULL::text, 0);
 SELECT advlock_unlock(1, mode => NULL);
