@@ -1760,17 +1760,17 @@ COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.text, pg_catalog.int8
 COMMENT ON FUNCTION @extschema@.advlock_idle_threshold(pg_catalog.interval) IS
   'advlock: the idle threshold in effect: older_than, or the advlock.idle_threshold setting when NULL; rejects a negative interval';
 COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
-  'advlock: the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since); the rows behind advlock_holders';
+  'advlock (internal, feeds the advlock_holders view; may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since)';
 COMMENT ON FUNCTION @extschema@.advlock_labels() IS
-  'advlock: the labels (ns/id), scopes and hold times advlock recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
+  'advlock (internal, feeds advlock_holders.label, scope and held_since; may change): the labels (ns/id), scopes and hold times recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_tokens() IS
-  'advlock: the fencing tokens of locks held in this database through advlock_try_with_token, one row per backend, key and mode (the latest token); no rows unless advlock is in shared_preload_libraries';
+  'advlock (internal, feeds advlock_holders.token; may change): the fencing tokens of locks held in this database through advlock_try_with_token, one row per backend, key and mode (the latest token); no rows unless advlock is in shared_preload_libraries';
 COMMENT ON SEQUENCE @extschema@.advlock_token_seq IS
   'advlock: the counter behind fencing tokens (advlock_try_with_token); do not change it by hand';
 COMMENT ON FUNCTION @extschema@.advlock_idle_holders(pg_catalog.interval) IS
   'advlock: advlock_holders rows of granted locks whose backend has been idle for at least older_than (NULL: advlock.idle_threshold)';
 COMMENT ON FUNCTION @extschema@.advlock_metrics() IS
-  'advlock: the rows of the advlock_metrics view: gauges per namespace and, preloaded, the acquisition counters, computed from the lock table and backend status without joining pg_stat_activity';
+  'advlock (internal, feeds the advlock_metrics view; may change): gauges per namespace and, preloaded, the acquisition counters, computed from the lock table and backend status without joining pg_stat_activity';
 COMMENT ON FUNCTION @extschema@.advlock_leak_count(pg_catalog.interval) IS
   'advlock: number of backends holding advisory locks while idle for at least older_than (NULL: advlock.idle_threshold); alert when not 0';
 COMMENT ON FUNCTION @extschema@.advlock_terminate_idle_holders(pg_catalog.interval, pg_catalog.bool) IS

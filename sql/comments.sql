@@ -73,9 +73,9 @@ COMMENT ON PROCEDURE @extschema@.advlock_wait_lock(pg_catalog.int8, pg_catalog.i
 COMMENT ON PROCEDURE @extschema@.advlock_wait_lease(pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.int4, pg_catalog.int8) IS
   'advlock: CALL outside a transaction block: commit, then wait at most timeout_ms for a lease on key holding no snapshot; lease is its id (fencing token) or NULL when the wait ran out; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_lease_entries() IS
-  'advlock (internal): the feed of the advlock_leases view, one row per lease held or awaited in this database';
+  'advlock (internal, feeds the advlock_leases view; may change): one row per lease held or awaited in this database';
 COMMENT ON FUNCTION @extschema@.advlock_lease_stats() IS
-  'advlock (internal): the feed of the advlock_lease_stats view';
+  'advlock (internal, feeds the advlock_lease_stats view; may change): lease table use and totals';
 
 COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.int8, pg_catalog.text) IS
   'advlock: whether this backend holds the advisory lock on key in mode (any scope); the check a leader runs before each unit of work';
@@ -87,25 +87,25 @@ COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.text, pg_catalog.int8
 COMMENT ON FUNCTION @extschema@.advlock_idle_threshold(pg_catalog.interval) IS
   'advlock: the idle threshold in effect: older_than, or the advlock.idle_threshold setting when NULL; rejects a negative interval';
 COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
-  'advlock: the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since); the rows behind advlock_holders';
+  'advlock (internal, feeds the advlock_holders view; may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since)';
 COMMENT ON FUNCTION @extschema@.advlock_labels() IS
-  'advlock: the labels (ns/id), scopes and hold times advlock recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
+  'advlock (internal, feeds advlock_holders.label, scope and held_since; may change): the labels (ns/id), scopes and hold times recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_tokens() IS
-  'advlock: the fencing tokens of locks held in this database through advlock_try_with_token, one row per backend, key and mode (the latest token); no rows unless advlock is in shared_preload_libraries';
+  'advlock (internal, feeds advlock_holders.token; may change): the fencing tokens of locks held in this database through advlock_try_with_token, one row per backend, key and mode (the latest token); no rows unless advlock is in shared_preload_libraries';
 COMMENT ON SEQUENCE @extschema@.advlock_token_seq IS
   'advlock: the counter behind fencing tokens (advlock_try_with_token); do not change it by hand';
 COMMENT ON FUNCTION @extschema@.advlock_idle_holders(pg_catalog.interval) IS
   'advlock: advlock_holders rows of granted locks whose backend has been idle for at least older_than (NULL: advlock.idle_threshold)';
 COMMENT ON FUNCTION @extschema@.advlock_metrics() IS
-  'advlock: the rows of the advlock_metrics view: gauges per namespace and, preloaded, the acquisition counters, computed from the lock table and backend status without joining pg_stat_activity';
+  'advlock (internal, feeds the advlock_metrics view; may change): gauges per namespace and, preloaded, the acquisition counters, computed from the lock table and backend status without joining pg_stat_activity';
 COMMENT ON FUNCTION @extschema@.advlock_leak_count(pg_catalog.interval) IS
   'advlock: number of backends holding advisory locks while idle for at least older_than (NULL: advlock.idle_threshold); alert when not 0';
 COMMENT ON FUNCTION @extschema@.advlock_terminate_idle_holders(pg_catalog.interval, pg_catalog.bool) IS
   'advlock: list (dry_run => true, the default) or terminate (dry_run => false) the backends behind idle holders, with the caller''s own rights';
 
 COMMENT ON FUNCTION @extschema@.advlock_stats() IS
-  'advlock: per-namespace acquisition counters of this database, as in the advlock_stats view; needs shared_preload_libraries';
+  'advlock (internal, feeds the advlock_stats view; may change): per-namespace acquisition counters of this database; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_stats_info() IS
-  'advlock: fill level of the shared label and statistics tables, as in the advlock_stats_info view; needs shared_preload_libraries';
+  'advlock (internal, feeds the advlock_stats_info view; may change): fill level of the shared label and statistics tables; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_stats_reset(pg_catalog.text) IS
   'advlock: reset the statistics of namespace ns in this database, or of every namespace when ns is NULL; returns the reset time; needs shared_preload_libraries';
