@@ -284,3 +284,14 @@ def test_wait_procedures_refuse_inside_a_transaction_block(admin):
             admin.execute("CALL advlock_wait_lease(7011, 1000, 0)")
     finally:
         admin.execute("ROLLBACK")
+
+
+@pytest.mark.parametrize("call", [
+    "CALL advlock_wait_lock(NULL, 0)", "CALL advlock_wait_lock(1, NULL)", "CALL advlock_wait_lock(1, 0, NULL)",
+    "CALL advlock_wait_lease(NULL, 1000, 0)", "CALL advlock_wait_lease(1, NULL, 0)",
+    "CALL advlock_wait_lease(1, 1000, NULL)", "CALL advlock_wait_lease(1, 1000, 0, NULL)"])
+def test_wait_procedures_name_a_null_argument_before_committing(admin, call):
+    """Checked before the procedure commits anything, preloaded or not: 22004 naming it."""
+    with pytest.raises(psycopg.errors.NullValueNotAllowed) as e:
+        admin.execute(call)
+    assert "must not be null" in e.value.diag.message_primary and e.value.diag.message_hint

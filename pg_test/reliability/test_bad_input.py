@@ -16,7 +16,7 @@ EXTENSION_FUNCTIONS = """
       JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
                       AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
       JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'advlock'
-     WHERE p.proname LIKE 'advlock%'
+     WHERE p.proname LIKE 'advlock%' AND p.prokind = 'f'   -- procedures: pg_test/leases
      ORDER BY 2"""
 
 ACQUIRING = ["advlock_try_with_timeout", "advlock_lock_with_timeout"]
