@@ -248,8 +248,9 @@ def test_trusted_install_by_database_owner_with_hostile_schema(hostile, key):
             members = dict(su.execute(f"SELECT classid::regclass::text, count(*) FROM ({EXTENSION_MEMBERS}) m "
                                       "GROUP BY 1").fetchall())
             # functions; the views advlock_holders, advlock_stats, advlock_stats_info,
-            # advlock_metrics, and the sequence advlock_token_seq
-            assert members["pg_proc"] >= 16 and members["pg_class"] == 5, members
+            # advlock_metrics, advlock_leases, advlock_lease_stats, and the sequence
+            # advlock_token_seq
+            assert members["pg_proc"] >= 16 and members["pg_class"] == 7, members
             # No member (nor the view's rewrite rule) depends on anything in the hostile schema.
             assert su.execute(DEPENDS_ON_EVIL.format(targets=EXTENSION_MEMBERS)).fetchall() == []
             # Control: the same query does see such a dependency when one exists.
