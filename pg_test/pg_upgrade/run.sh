@@ -75,7 +75,9 @@ init_cluster() { # bin dir port [initdb args]
   # PostgreSQL 18's initdb enables data checksums by default, earlier ones do not, and pg_upgrade
   # needs both sides to match: every cluster here is made without (as a DBA upgrading such a
   # cluster must do for the new one).
-  "$bin/initdb" --help | grep -q -- --no-data-checksums && checksums=(--no-data-checksums)
+  # (grep without -q reads all of the help: -q would stop early, initdb would die of SIGPIPE and,
+  # under pipefail, the test would fail now and then -- seen once on 16 -> 18.)
+  if "$bin/initdb" --help | grep -- --no-data-checksums >/dev/null; then checksums=(--no-data-checksums); fi
   as_postgres "$bin/initdb" -D "$dir" -U postgres -A trust -E UTF8 --locale=C.UTF-8 --no-sync "${checksums[@]}" "$@" \
     >"$dir.initdb.log" 2>&1 || { cat "$dir.initdb.log"; return 1; }
   printf '%s\n' "port = $port" "listen_addresses = ''" "unix_socket_directories = '$work'" |
