@@ -34,15 +34,24 @@ pub fn proc_number() -> i32 {
 /// Used to skip and reclaim entries a vanished backend could not remove (defensive: exit
 /// callbacks remove them, and a crash reinitialises shared memory).
 pub fn backend_alive(procno: i32, pid: i32) -> bool {
-    // SAFETY: ProcGlobal and allProcs are fixed for the life of shared memory; a PGPROC's pid
-    // is an int written only by its owner and the proc-array code, read here as a snapshot.
+    let Some(proc_) = proc_at(procno) else {
+        return false;
+    };
+    // SAFETY: a PGPROC's pid is an int written only by its owner and the proc-array code,
+    // read here as a snapshot.
+    unsafe { core::ptr::read_volatile(&raw const (*proc_).pid) == pid }
+}
+
+/// The PGPROC at `procno` in `ProcGlobal->allProcs`, when that index exists.
+pub fn proc_at(procno: i32) -> Option<*mut pg_sys::PGPROC> {
+    // SAFETY: ProcGlobal and allProcs are fixed for the life of shared memory; the index is
+    // checked against allProcCount before it is used.
     unsafe {
         let global = pg_sys::ProcGlobal;
         if global.is_null() || procno < 0 || procno as u32 >= (*global).allProcCount {
-            return false;
+            return None;
         }
-        let proc_ = (*global).allProcs.add(procno as usize);
-        core::ptr::read_volatile(&raw const (*proc_).pid) == pid
+        Some((*global).allProcs.add(procno as usize))
     }
 }
 

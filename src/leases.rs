@@ -20,8 +20,9 @@
 use crate::backend;
 use crate::errors::{invalid_argument, required, Report};
 use crate::fencing;
-use crate::lock_request::{timeout, Id, Target};
+use crate::lock_request::{timeout, Target};
 use crate::lockmgr;
+use crate::preload::labels::{self, LABEL_BYTES};
 use crate::preload::leases::{self as table, Ended, Grant, State};
 use crate::preload::shmem;
 use crate::server_text::{ServerText, ServerTextOut};
@@ -57,21 +58,6 @@ fn slot_count(value: Option<i32>, function: &str) -> u32 {
         );
     }
     n as u32
-}
-
-fn label_of(target: &Target) -> Vec<u8> {
-    match &target.label {
-        None => Vec::new(),
-        Some((ns, id)) => {
-            let mut label = ns.as_bytes().to_vec();
-            label.push(b':');
-            match id {
-                Id::Text(text) => label.extend_from_slice(text.as_bytes()),
-                Id::Int(n) => label.extend_from_slice(n.to_string().as_bytes()),
-            }
-            label
-        }
-    }
 }
 
 fn application_name() -> Vec<u8> {
@@ -196,7 +182,9 @@ pub(crate) fn take(
         // SAFETY: fcinfo is this call's, with its FmgrInfo.
         let function = unsafe { (*(*fcinfo).flinfo).fn_oid };
         let id = fencing::next_token(function);
-        let (app, label) = (application_name(), label_of(&target));
+        let app = application_name();
+        let mut label = [0u8; LABEL_BYTES + 8];
+        let (label_len, _) = labels::label_text(&target, &mut label);
         // SAFETY: a backend-local global (the current user).
         let role = unsafe { pg_sys::GetUserId() }.to_u32();
         table::with_table(true, |t| {
@@ -207,7 +195,7 @@ pub(crate) fn take(
                     role,
                     ttl_ms,
                     app: &app,
-                    label: &label,
+                    label: &label[..label_len],
                 },
                 backend::now(),
             )

@@ -22,7 +22,8 @@ use pgrx::pg_sys;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 pub const APP_NAME_BYTES: usize = 64;
-pub const LABEL_BYTES: usize = 128;
+/// A lease's label is an advisory lock label, as `labels::label_text` composes it.
+const LABEL_BYTES: usize = crate::preload::labels::LABEL_BYTES;
 const NONE: i32 = -1;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -517,15 +518,9 @@ fn set_latch_of(procno: i32) {
     if procno == backend::proc_number() {
         return;
     }
-    // SAFETY: ProcGlobal->allProcs is fixed for the life of shared memory and procno indexes
-    // it (checked); SetLatch on another process's latch is how the lock manager wakes waiters,
-    // and is allowed while holding an LWLock.
-    unsafe {
-        let global = pg_sys::ProcGlobal;
-        if global.is_null() || procno < 0 || procno as u32 >= (*global).allProcCount {
-            return;
-        }
-        let proc_ = (*global).allProcs.add(procno as usize);
-        pg_sys::SetLatch(&raw mut (*proc_).procLatch);
+    if let Some(proc_) = backend::proc_at(procno) {
+        // SAFETY: a PGPROC of shared memory; SetLatch on another process's latch is how the
+        // lock manager wakes waiters, and is allowed while holding an LWLock.
+        unsafe { pg_sys::SetLatch(&raw mut (*proc_).procLatch) };
     }
 }

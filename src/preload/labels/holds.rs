@@ -75,6 +75,23 @@ pub(super) fn sweep_due() -> bool {
 
 /// After a successful acquisition: record (or re-count) the label of an `(ns, id)` lock.
 /// Never fails and never waits; a no-op without preload or for bare keys.
+/// The label of an `(ns, id)` target, "ns:id", written into `buf` and clipped to LABEL_BYTES at
+/// a character boundary of the server encoding: (its length, the length of the ns part). (0, 0)
+/// for a bare key. Allocates nothing: it runs on every labelled acquisition.
+pub fn label_text(target: &Target, buf: &mut [u8; LABEL_BYTES + 8]) -> (usize, usize) {
+    let mut digits = [0u8; 20];
+    match &target.label {
+        Some((ns, id)) => {
+            let id_bytes: &[u8] = match id {
+                Id::Text(text) => text.as_bytes(),
+                Id::Int(n) => keys::decimal(*n, &mut digits),
+            };
+            (compose(ns.as_bytes(), id_bytes, buf), ns.as_bytes().len())
+        }
+        None => (0, 0),
+    }
+}
+
 pub fn acquired(target: &Target, scope: Scope, mode: Mode) {
     if target.label.is_some() {
         record(target, scope, mode);
@@ -139,20 +156,7 @@ fn record(target: &Target, scope: Scope, mode: Mode) {
             return;
         };
         let mut buf = [0u8; LABEL_BYTES + 8];
-        let mut digits = [0u8; 20];
-        let (len, ns_len) = match &target.label {
-            Some((ns, id)) => {
-                let id_bytes: &[u8] = match id {
-                    Id::Text(text) => text.as_bytes(),
-                    Id::Int(n) => keys::decimal(*n, &mut digits),
-                };
-                (
-                    compose(ns.as_bytes(), id_bytes, &mut buf),
-                    ns.as_bytes().len(),
-                )
-            }
-            None => (0, 0),
-        };
+        let (len, ns_len) = label_text(target, &mut buf);
         table.fill(index, target.key, flags, since, &buf[..len], ns_len);
         if let Some(hold) = holds.get_mut(&(target.key, mode)) {
             hold.slot = index;

@@ -27,7 +27,7 @@ use crate::backend;
 use crate::lock_mode::Mode;
 use crate::server_text::ServerTextOut;
 use core::sync::atomic::Ordering;
-pub use holds::{acquired, released_session, token_issued};
+pub use holds::{acquired, label_text, released_session, token_issued};
 use pgrx::prelude::*;
 use std::collections::HashMap;
 use table::*;
