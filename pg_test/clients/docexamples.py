@@ -76,7 +76,8 @@ CLAIMS = {
     "conn.setAutoCommit(false);": "clients/test_readme_snippets.py::test_jdbc_snippet",
     "from advlock_key import advlock_key": "clients/test_doc_examples.py::test_python_key_snippet",
     "def unlock_all(conn):": "clients/test_pools.py::test_psycopg_pool_reset_from_readme_keeps_pooling",
-    # docs/leases.md (preloaded, in psql for \gset)
+    # README's lease example and docs/leases.md (preloaded, in psql for \gset)
+    "SELECT advlock_lease('rollup', 'nightly', 30000, 5000) AS lease \\gset": "leases/test_doc_examples.py::test_lease_doc_examples",
     "CREATE TABLE report_output": "leases/test_doc_examples.py::test_lease_doc_examples",
     "SELECT advlock_lease('reports', 'running', 60000, 0, slots => 3) AS slot \\gset": "leases/test_doc_examples.py::test_lease_doc_examples",
     "SELECT advlock_lease('leader', 'rollup', 15000, 0) AS term \\gset": "leases/test_doc_examples.py::test_lease_doc_examples",

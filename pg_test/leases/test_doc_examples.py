@@ -1,4 +1,4 @@
-"""docs/leases.md's examples, run as written in psql (they use \\gset), preloaded: every value a
+"""docs/leases.md's examples and the README's lease example, run as written in psql (they use \\gset), preloaded: every value a
 comment states is what psql prints, and nothing raises or warns."""
 import os
 import re
@@ -10,11 +10,15 @@ import pytest
 import pgsupport
 from conftest import needs_preload
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "leases.md"
+REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "leases.md"
 
 
 def sql_blocks():
-    return re.findall(r"```sql\n(.*?)\n```", DOC.read_text(), re.S)
+    """docs/leases.md's blocks, then the README's lease example."""
+    readme = [b for b in re.findall(r"```sql\n(.*?)\n```", (REPO / "README.md").read_text(), re.S)
+              if "advlock_lease_renew(:lease" in b]
+    return re.findall(r"```sql\n(.*?)\n```", DOC.read_text(), re.S) + readme
 
 
 def stated_values(block):
