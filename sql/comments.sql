@@ -88,6 +88,8 @@ COMMENT ON FUNCTION @extschema@.advlock_idle_threshold(pg_catalog.interval) IS
   'advlock: the idle threshold in effect: older_than, or the advlock.idle_threshold setting when NULL; rejects a negative interval';
 COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
   'advlock (internal, feeds the advlock_holders view; may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since)';
+COMMENT ON FUNCTION @extschema@.advlock_lock_table_entries() IS
+  'advlock (internal, feeds the advlock_lock_table view; may change): shared lock table entries per database OID, advisory entries among them, and the table''s capacity';
 COMMENT ON FUNCTION @extschema@.advlock_labels() IS
   'advlock (internal, feeds advlock_holders.label, scope and held_since; may change): the labels (ns/id), scopes and hold times recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_tokens() IS

@@ -17,6 +17,7 @@ mod keys;
 mod leases;
 mod lock_mode;
 mod lock_request;
+mod lock_table;
 mod lockmgr;
 mod metrics;
 mod preload;

@@ -270,26 +270,17 @@ pub fn advisory_entries_in_my_database_of(
             .filter(|p| p.databaseId == my_db && only.is_none_or(|f| f(p.pid)))
             .map(|p| p as *const pg_sys::PGPROC)
             .collect();
-        let partition_lock = |i: u32| {
-            core::ptr::addr_of_mut!(
-                (*pg_sys::MainLWLockArray.add((pg_sys::LOCK_MANAGER_LWLOCK_OFFSET + i) as usize))
-                    .lock
-            )
-        };
         for i in 0..pg_sys::NUM_LOCK_PARTITIONS {
             pg_sys::LWLockAcquire(partition_lock(i), pg_sys::LWLockMode::LW_SHARED);
         }
         let link = core::mem::offset_of!(pg_sys::PROCLOCK, procLink);
         for &proc in &mine {
             for partition in 0..pg_sys::NUM_LOCK_PARTITIONS as usize {
-                // A circular list whose head is a node of the same shape (SHM_QUEUE before 16,
-                // dlist after): {prev, next}; a NULL next is an empty, never-used dlist.
-                let head =
-                    core::ptr::addr_of!((*proc).myProcLocks[partition]) as *const [*const u8; 2];
-                let mut node = (*head)[1];
-                while !node.is_null() && node != head as *const u8 {
+                let head = core::ptr::addr_of!((*proc).myProcLocks[partition]) as *const u8;
+                let mut node = list_first(head);
+                while !node.is_null() && node != head {
                     let proclock = node.sub(link) as *const pg_sys::PROCLOCK;
-                    node = (*(node as *const [*const u8; 2]))[1];
+                    node = list_first(node);
                     push_advisory(&mut entries, proc, proclock, my_db);
                 }
             }
@@ -299,6 +290,113 @@ pub fn advisory_entries_in_my_database_of(
         }
     }
     entries
+}
+
+/// The LWLock of lock-table partition `i` (lock.c's LockHashPartitionLockByIndex).
+///
+/// # Safety
+/// `i < NUM_LOCK_PARTITIONS`; shared memory is attached (any backend running SQL).
+unsafe fn partition_lock(i: u32) -> *mut pg_sys::LWLock {
+    // SAFETY: MainLWLockArray is fixed for the life of shared memory and has
+    // LOCK_MANAGER_LWLOCK_OFFSET + NUM_LOCK_PARTITIONS entries and more.
+    unsafe {
+        core::ptr::addr_of_mut!(
+            (*pg_sys::MainLWLockArray.add((pg_sys::LOCK_MANAGER_LWLOCK_OFFSET + i) as usize)).lock
+        )
+    }
+}
+
+/// The first node of a lock-manager list head: the same two-pointer shape {prev, next} as a
+/// SHM_QUEUE (before 16) and a dlist_head (16 and after); NULL for a never-used dlist.
+///
+/// # Safety
+/// `head` points to such a list head, read under the lock that protects it.
+unsafe fn list_first(head: *const u8) -> *const u8 {
+    // SAFETY: see the function's contract.
+    unsafe { (*(head as *const [*const u8; 2]))[1] }
+}
+
+/// How full the shared lock table is: its entries (one per locked object, whatever its holders
+/// and waiters; fast-path relation locks take none) by database, and how many of them are
+/// advisory locks.
+pub struct LockTableUsage {
+    /// (database OID, 0 for locks of no database: transaction ids, shared catalogs) →
+    /// (entries, advisory entries).
+    pub by_database: std::collections::HashMap<u32, (i64, i64)>,
+    /// What the table is sized for: max_locks_per_transaction × (MaxBackends +
+    /// max_prepared_transactions), lock.c's NLOCKENTS(). More fit only while the spare shared
+    /// memory lasts; then every lock request that needs a new entry fails with 53200.
+    pub capacity: i64,
+}
+
+/// Counts the shared lock table's entries, one partition at a time (each under its own lock,
+/// shared, as GetLockStatusData takes them), by walking every PGPROC's list of the locks it
+/// holds or awaits in that partition. A lock is counted once, at the first PROCLOCK of its own
+/// list. The cost follows the locks in use, not the table's size; partitions are read one
+/// after another, so the totals are not one instant (a count, not a snapshot).
+pub fn lock_table_usage() -> LockTableUsage {
+    let mut by_database = std::collections::HashMap::new();
+    // SAFETY: as in advisory_entries_in_my_database_of: ProcGlobal->allProcs is fixed for the
+    // life of shared memory; a backend's myProcLocks[p] list, the PROCLOCKs on it, their LOCK and
+    // that LOCK's procLocks list are protected by the lock of partition p (a LOCK and all its
+    // PROCLOCKs hash to the same partition). Each partition lock is released before the next is
+    // taken; nothing in between can raise an ERROR.
+    unsafe {
+        let global = pg_sys::ProcGlobal;
+        let procs = std::slice::from_raw_parts((*global).allProcs, (*global).allProcCount as usize);
+        let proc_link = core::mem::offset_of!(pg_sys::PROCLOCK, procLink);
+        for partition in 0..pg_sys::NUM_LOCK_PARTITIONS {
+            pg_sys::LWLockAcquire(partition_lock(partition), pg_sys::LWLockMode::LW_SHARED);
+            for proc in procs {
+                let head = core::ptr::addr_of!(proc.myProcLocks[partition as usize]) as *const u8;
+                let mut node = list_first(head);
+                while !node.is_null() && node != head {
+                    let proclock = node.sub(proc_link) as *const pg_sys::PROCLOCK;
+                    node = list_first(node);
+                    let lock = (*proclock).tag.myLock;
+                    let first = list_first(core::ptr::addr_of!((*lock).procLocks) as *const u8);
+                    if first != core::ptr::addr_of!((*proclock).lockLink) as *const u8 {
+                        continue;
+                    }
+                    let tag = &(*lock).tag;
+                    let counts = by_database.entry(database_of(tag)).or_insert((0, 0));
+                    counts.0 += 1;
+                    if tag.locktag_type == pg_sys::LockTagType::LOCKTAG_ADVISORY as u8 {
+                        counts.1 += 1;
+                    }
+                }
+            }
+            pg_sys::LWLockRelease(partition_lock(partition));
+        }
+    }
+    // SAFETY: both settings are fixed at server start (PGC_POSTMASTER) and set in every backend.
+    let per_backend = unsafe { pg_sys::max_locks_per_xact } as i64;
+    let backends = unsafe { pg_sys::MaxBackends } as i64;
+    LockTableUsage {
+        by_database,
+        capacity: per_backend * (backends + max_prepared_transactions()),
+    }
+}
+
+/// The database a lock tag belongs to (lock.h's SET_LOCKTAG_* put it in field1), or 0.
+fn database_of(tag: &pg_sys::LOCKTAG) -> u32 {
+    use pg_sys::LockTagType::*;
+    match tag.locktag_type as pg_sys::LockTagType::Type {
+        LOCKTAG_TRANSACTION | LOCKTAG_VIRTUALTRANSACTION | LOCKTAG_SPECULATIVE_TOKEN
+        | LOCKTAG_USERLOCK => 0,
+        _ => tag.locktag_field1,
+    }
+}
+
+/// max_prepared_transactions, which twophase.h declares but pgrx does not bind: read as the
+/// setting's text, like SHOW.
+fn max_prepared_transactions() -> i64 {
+    // SAFETY: a built-in setting that always exists (missing_ok false cannot fail for it); the
+    // returned string is the GUC's own, valid until the setting changes (never: PGC_POSTMASTER).
+    unsafe {
+        let value = pg_sys::GetConfigOption(c"max_prepared_transactions".as_ptr(), false, false);
+        CStr::from_ptr(value).to_str().ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
 }
 
 /// Every advisory lock of the current database (see `advisory_entries_in_my_database_of`).
