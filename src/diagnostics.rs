@@ -3,7 +3,11 @@
 use crate::errors::Report;
 use crate::gucs;
 use crate::lock_request::Mode;
-use crate::lockmgr::{self, AdvisoryKey};
+use crate::backend;
+use crate::lockmgr::{self, AdvisoryEntry, AdvisoryKey};
+use crate::preload::labels;
+use crate::server_text::ServerTextOut;
+use std::collections::{HashMap, HashSet};
 use pgrx::datum::Interval;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::prelude::*;
@@ -86,11 +90,6 @@ fn advlock_lock_entries() -> TableIterator<
                 AdvisoryKey::Int8(k) => (Some(k), None, None),
                 AdvisoryKey::Int4Pair(a, b) => (None, Some(a), Some(b)),
             };
-            let waiting_since = if e.granted || e.wait_start == 0 {
-                None
-            } else {
-                TimestampWithTimeZone::try_from(e.wait_start).ok()
-            };
             (
                 key,
                 key1,
@@ -98,11 +97,132 @@ fn advlock_lock_entries() -> TableIterator<
                 lockmgr::mode_name(e.mode),
                 e.granted,
                 (e.pid != 0).then_some(e.pid),
-                waiting_since,
+                waiting_since(&e),
             )
         })
         .collect();
     TableIterator::new(rows)
+}
+
+/// The rows of `advlock_holders` without the backend columns (the view joins those from
+/// `pg_stat_activity`), in one pass over one snapshot of the lock table: every advisory lock of
+/// this database, held and awaited; for a waiter, who blocks it (`blocked_by`, from the same
+/// snapshot, so a waiter is never shown blocked by nobody); for a granted lock, what advlock
+/// recorded when it granted it (preloaded only), looked up by hash.
+///
+/// `pids`: when given, only the granted locks of these backends (`advlock_idle_holders`, which
+/// reads only the lock lists of the backends it found idle).
+#[pg_extern(volatile, parallel_restricted)]
+#[allow(clippy::type_complexity)]
+fn advlock_holder_entries(
+    pids: default!(Option<Vec<Option<i32>>>, "NULL"),
+) -> TableIterator<
+    'static,
+    (
+        name!(key, Option<i64>),
+        name!(key1, Option<i32>),
+        name!(key2, Option<i32>),
+        name!(mode, &'static str),
+        name!(granted, bool),
+        name!(pid, Option<i32>),
+        name!(waiting_since, Option<TimestampWithTimeZone>),
+        name!(blocked_by, Option<Vec<i32>>),
+        name!(label, Option<ServerTextOut>),
+        name!(scope, Option<&'static str>),
+        name!(held_since, Option<TimestampWithTimeZone>),
+        name!(token, Option<i64>),
+    ),
+> {
+    let entries = match &pids {
+        None => lockmgr::advisory_entries_in_my_database(),
+        Some(pids) => {
+            let only: HashSet<i32> = pids.iter().flatten().copied().collect();
+            let mut entries =
+                lockmgr::advisory_entries_in_my_database_of(Some(&|pid| only.contains(&pid)));
+            entries.retain(|e| e.granted);
+            entries
+        }
+    };
+    let mut blocked_by = blockers(&entries);
+    let recorded = labels::recorded_by_lock();
+    let rows: Vec<_> = entries
+        .iter()
+        .enumerate()
+        .map(|(index, e)| {
+            let (key, key1, key2) = match e.key {
+                AdvisoryKey::Int8(k) => (Some(k), None, None),
+                AdvisoryKey::Int4Pair(a, b) => (None, Some(a), Some(b)),
+            };
+            let mode = lockmgr::mode_name(e.mode);
+            let mine = match (&recorded, e.granted, key) {
+                (Some(map), true, Some(k)) => map.get(&(e.pid, k, mode == Mode::Shared.word())),
+                _ => None,
+            };
+            (
+                key,
+                key1,
+                key2,
+                mode,
+                e.granted,
+                (e.pid != 0).then_some(e.pid),
+                waiting_since(e),
+                blocked_by.remove(&index),
+                mine.and_then(|r| r.label.clone().map(ServerTextOut)),
+                mine.map(|r| r.scope),
+                mine.and_then(|r| backend::timestamptz(r.since)),
+                mine.and_then(|r| (r.token != 0).then_some(r.token)),
+            )
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+fn waiting_since(e: &AdvisoryEntry) -> Option<TimestampWithTimeZone> {
+    if e.granted || e.wait_start == 0 {
+        None
+    } else {
+        backend::timestamptz(e.wait_start)
+    }
+}
+
+/// Who blocks each waiter (by index into `entries`), as `pg_blocking_pids()` defines it but from
+/// the same snapshot: the holders of a conflicting mode of the same lock, and the waiters for a
+/// conflicting mode queued ahead of it (an earlier wait start; one whose wait start is not yet
+/// recorded is queued last). Should that order leave nobody (two wait starts recorded out of
+/// queue order), every conflicting holder and waiter: in a consistent snapshot a waiter always
+/// has one. Sorted pids, each once; a prepared transaction shows as 0, as in
+/// `pg_blocking_pids()`. Nothing is built when nobody waits.
+fn blockers(entries: &[AdvisoryEntry]) -> HashMap<usize, Vec<i32>> {
+    let waiters: Vec<usize> = (0..entries.len()).filter(|&i| !entries[i].granted).collect();
+    if waiters.is_empty() {
+        return HashMap::new();
+    }
+    let contested: HashSet<AdvisoryKey> = waiters.iter().map(|&i| entries[i].key).collect();
+    let mut on_key: HashMap<AdvisoryKey, Vec<&AdvisoryEntry>> = HashMap::new();
+    for e in entries.iter().filter(|e| contested.contains(&e.key)) {
+        on_key.entry(e.key).or_default().push(e);
+    }
+    let exclusive = |e: &AdvisoryEntry| lockmgr::mode_name(e.mode) == Mode::Exclusive.word();
+    waiters
+        .into_iter()
+        .map(|i| {
+            let w = &entries[i];
+            let conflicting: Vec<&&AdvisoryEntry> = on_key[&w.key]
+                .iter()
+                .filter(|o| o.pid != w.pid && (exclusive(o) || exclusive(w)))
+                .collect();
+            let ahead = |o: &AdvisoryEntry| {
+                o.granted || (o.wait_start != 0 && (w.wait_start == 0 || o.wait_start < w.wait_start))
+            };
+            let mut pids: Vec<i32> = conflicting.iter().filter(|o| ahead(o)).map(|o| o.pid).collect();
+            if pids.is_empty() {
+                pids = conflicting.iter().map(|o| o.pid).collect();
+            }
+            pids.sort_unstable();
+            pids.dedup();
+            (i, pids)
+        })
+        .collect()
 }
 
 pgrx::extension_sql_file!(
@@ -111,6 +231,7 @@ pgrx::extension_sql_file!(
     requires = [
         advlock_idle_threshold,
         advlock_lock_entries,
+        advlock_holder_entries,
         labels::advlock_labels,
         labels::advlock_tokens
     ]

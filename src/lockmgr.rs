@@ -221,7 +221,7 @@ unsafe fn set_lock_timeout(value: &CStr) {
 }
 
 /// An advisory lock key as the built-ins encode it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AdvisoryKey {
     /// `pg_advisory_*(bigint)` and advlock (locktag field4 = 1).
     Int8(i64),

@@ -43,6 +43,58 @@ pub fn usage() -> Option<(i64, i64, i64)> {
     ))
 }
 
+/// The recorded entries of the current database whose backend is still alive: the one walk over
+/// the label slots behind every reader below. Stale entries of a vanished backend are skipped
+/// (readers match entries against the lock table anyway).
+fn live_in_my_database(table: &Table) -> impl Iterator<Item = Snapshot> + '_ {
+    let database = backend::database();
+    (0..table.slots.len())
+        .filter_map(|index| table.read(index))
+        .filter(move |s| s.database == database && backend::backend_alive(s.procno, s.pid))
+}
+
+/// Whether the caller may see the label of an entry taken by `role`: pg_read_all_stats, or the
+/// privileges of that role, as for `pg_stat_activity.query` (one catalog check per role).
+struct LabelVisibility {
+    me: pg_sys::Oid,
+    all_stats: bool,
+    by_role: HashMap<u32, bool>,
+}
+
+impl LabelVisibility {
+    fn new() -> Self {
+        // SAFETY: a backend-local global and a catalog check, in a transaction.
+        let (me, all_stats) = unsafe {
+            let me = pg_sys::GetUserId();
+            let all_stats =
+                pg_sys::has_privs_of_role(me, pg_sys::Oid::from(pg_sys::ROLE_PG_READ_ALL_STATS));
+            (me, all_stats)
+        };
+        LabelVisibility {
+            me,
+            all_stats,
+            by_role: HashMap::new(),
+        }
+    }
+
+    fn may_see(&mut self, role: u32) -> bool {
+        let me = self.me;
+        self.all_stats
+            || *self.by_role.entry(role).or_insert_with(|| {
+                // SAFETY: catalog lookup of role membership, in a transaction.
+                unsafe { pg_sys::has_privs_of_role(me, pg_sys::Oid::from(role)) }
+            })
+    }
+}
+
+fn scope_word(flags: u32) -> &'static str {
+    if flags & FLAG_SESSION != 0 {
+        "session"
+    } else {
+        "xact"
+    }
+}
+
 /// Labels advlock recorded for locks in the current database: one row per backend, key and
 /// mode. No rows without preload. The label is NULL unless the caller may see that backend's
 /// activity (same role, or pg_read_all_stats), as for `pg_stat_activity.query`.
@@ -62,42 +114,52 @@ fn advlock_labels() -> TableIterator<
     let Some(table) = table() else {
         return TableIterator::empty();
     };
-    // SAFETY: backend-local globals and a catalog check, in a transaction.
-    let (database, me, all_stats) = unsafe {
-        let me = pg_sys::GetUserId();
-        (
-            crate::backend::database(),
-            me,
-            pg_sys::has_privs_of_role(me, pg_sys::Oid::from(pg_sys::ROLE_PG_READ_ALL_STATS)),
-        )
-    };
-    let mut rows = Vec::new();
-    let mut may_see: HashMap<u32, bool> = HashMap::new();
-    for index in 0..table.slots.len() {
-        let Some(s) = table.read(index) else { continue };
-        if s.database != database || !backend::backend_alive(s.procno, s.pid) {
-            continue;
-        }
-        let visible = all_stats
-            || *may_see.entry(s.role).or_insert_with(|| {
-                // SAFETY: catalog lookup of role membership, in a transaction.
-                unsafe { pg_sys::has_privs_of_role(me, pg_sys::Oid::from(s.role)) }
-            });
-        rows.push((
-            s.pid,
-            s.key,
-            Mode::of_shared(s.flags & FLAG_SHARED != 0).word(),
-            if s.flags & FLAG_SESSION != 0 {
-                "session"
-            } else {
-                "xact"
-            },
-            backend::timestamptz(s.since),
-            // An entry of a bare key (kept for its token) has no label.
-            (visible && !s.label.is_empty()).then_some(ServerTextOut(s.label)),
-        ));
-    }
+    let mut visibility = LabelVisibility::new();
+    let rows: Vec<_> = live_in_my_database(&table)
+        .map(|s| {
+            let visible = visibility.may_see(s.role);
+            (
+                s.pid,
+                s.key,
+                Mode::of_shared(s.flags & FLAG_SHARED != 0).word(),
+                scope_word(s.flags),
+                backend::timestamptz(s.since),
+                // An entry of a bare key (kept for its token) has no label.
+                (visible && !s.label.is_empty()).then_some(ServerTextOut(s.label)),
+            )
+        })
+        .collect();
     TableIterator::new(rows)
+}
+
+/// What advlock recorded of one granted lock, for `advlock_holders`.
+pub struct Recorded {
+    /// NULL unless the caller may see it (see `advlock_labels`), and for a bare key's entry.
+    pub label: Option<Vec<u8>>,
+    pub scope: &'static str,
+    pub since: pg_sys::TimestampTz,
+    /// 0 when the lock was not taken through `advlock_try_with_token`.
+    pub token: i64,
+}
+
+/// The recorded entries of the current database by (pid, key, shared), or None without
+/// preload or when nothing is recorded: `advlock_holders` looks each granted lock up in it.
+pub fn recorded_by_lock() -> Option<HashMap<(i32, i64, bool), Recorded>> {
+    let table = table()?;
+    let mut visibility = LabelVisibility::new();
+    let map: HashMap<_, _> = live_in_my_database(&table)
+        .map(|s| {
+            let visible = visibility.may_see(s.role);
+            let recorded = Recorded {
+                label: (visible && !s.label.is_empty()).then_some(s.label),
+                scope: scope_word(s.flags),
+                since: s.since,
+                token: s.token,
+            };
+            ((s.pid, s.key, s.flags & FLAG_SHARED != 0), recorded)
+        })
+        .collect();
+    (!map.is_empty()).then_some(map)
 }
 
 /// One recorded hold, for `advlock_metrics`: whose, which lock, its namespace, since when.
@@ -114,23 +176,17 @@ pub struct RecordedHold {
 /// that are gone are skipped; callers match them against the lock table anyway.
 pub fn recorded_holds() -> Option<Vec<RecordedHold>> {
     let table = table()?;
-    // SAFETY: backend-local global, set at backend start.
-    let database = crate::backend::database();
-    let mut out = Vec::new();
-    for index in 0..table.slots.len() {
-        let Some(s) = table.read(index) else { continue };
-        if s.database != database || !backend::backend_alive(s.procno, s.pid) {
-            continue;
-        }
-        out.push(RecordedHold {
-            pid: s.pid,
-            key: s.key,
-            shared: s.flags & FLAG_SHARED != 0,
-            ns: s.label[..s.ns_len].to_vec(),
-            since: s.since,
-        });
-    }
-    Some(out)
+    Some(
+        live_in_my_database(&table)
+            .map(|s| RecordedHold {
+                pid: s.pid,
+                key: s.key,
+                shared: s.flags & FLAG_SHARED != 0,
+                ns: s.label[..s.ns_len].to_vec(),
+                since: s.since,
+            })
+            .collect(),
+    )
 }
 
 /// Fencing tokens of the locks held in the current database through `advlock_try_with_token`:
@@ -151,16 +207,12 @@ fn advlock_tokens() -> TableIterator<
     let Some(table) = table() else {
         return TableIterator::empty();
     };
-    // SAFETY: backend-local global, set at backend start.
-    let database = crate::backend::database();
-    let mut rows = Vec::new();
-    for index in 0..table.slots.len() {
-        let Some(s) = table.read(index) else { continue };
-        if s.token == 0 || s.database != database || !backend::backend_alive(s.procno, s.pid) {
-            continue;
-        }
-        let mode = Mode::of_shared(s.flags & FLAG_SHARED != 0).word();
-        rows.push((s.pid, s.key, mode, s.token));
-    }
+    let rows: Vec<_> = live_in_my_database(&table)
+        .filter(|s| s.token != 0)
+        .map(|s| {
+            let mode = Mode::of_shared(s.flags & FLAG_SHARED != 0).word();
+            (s.pid, s.key, mode, s.token)
+        })
+        .collect();
     TableIterator::new(rows)
 }
