@@ -8,7 +8,9 @@ version = re.search(r'^version\s*=\s*"([^"]+)"', open(f"{repo}/Cargo.toml").read
 PRELOAD_ONLY = ("advlock_stats", "advlock_stats_info", "advlock_stats_reset",
                 # leases and semaphores: shared memory (pg_test/edition/extension_only.txt)
                 "advlock_lease", "advlock_lease_renew", "advlock_lease_release",
-                "advlock_lease_entries", "advlock_lease_stats", "advlock_leases")
+                "advlock_lease_entries", "advlock_lease_stats", "advlock_leases",
+                # the lock table's use: the lock manager's shared memory (extension_only.txt)
+                "advlock_lock_table_entries", "advlock_lock_table")
 
 def read(path):
     return open(f"{repo}/{path}").read()

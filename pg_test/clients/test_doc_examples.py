@@ -5,7 +5,8 @@
   concurrent sessions; the error the getting started shows, against the real one;
 - every one-session SQL example of the README, the monitoring role, the Python key snippet;
 - the reference: its table lists every function and view of the extension, and the column
-  tables of advlock_holders and advlock_metrics every column of those views.
+  tables of advlock_holders, advlock_metrics (README) and advlock_lock_table (docs/lock-table.md)
+  every column of those views.
 """
 import os
 import re
@@ -145,10 +146,10 @@ def test_python_key_snippet(tmp_path):
     assert out.stdout.strip() == "True"
 
 
-def reference_names(heading):
-    """Backticked names in the first column of the table under `heading` in the README."""
+def reference_names(heading, path=dx.README):
+    """Backticked names in the first column of the table under `heading` in `path`."""
     names = []
-    for line in dx.section(dx.README, heading).splitlines():
+    for line in dx.section(path, heading).splitlines():
         if line.startswith("| ") and not line.startswith("| ---"):
             names += re.findall(r"`([a-z_0-9]+)[ `]", line.split(" | ")[0] + " ")
     return names
@@ -178,14 +179,18 @@ def test_reference_lists_every_function_and_view(admin):
     assert {"advlock_lock_entries", "advlock_labels", "advlock_tokens", "advlock_metrics"} <= internal
 
 
-@pytest.mark.parametrize("view", ["advlock_holders", "advlock_metrics"])
-def test_column_table_lists_every_column(admin, view):
+@pytest.mark.parametrize("view, path, heading", [
+    ("advlock_holders", dx.README, "advlock_holders"),
+    ("advlock_metrics", dx.README, "advlock_metrics"),
+    ("advlock_lock_table", dx.REPO / "docs" / "lock-table.md", "The view advlock_lock_table")],
+    ids=["advlock_holders", "advlock_metrics", "advlock_lock_table"])
+def test_column_table_lists_every_column(admin, view, path, heading):
     columns = [r[0] for r in admin.execute(
         "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 ORDER BY attnum",
         (view,)).fetchall()]
-    documented = reference_names(view)
+    documented = reference_names(heading, path)
     assert sorted(documented) == sorted(columns), (
-        f"README's {view} table: missing {set(columns) - set(documented)}, extra {set(documented) - set(columns)}")
+        f"{path.name}'s {view} table: missing {set(columns) - set(documented)}, extra {set(documented) - set(columns)}")
 
 
 def test_runner_fails_a_wrong_example():

@@ -15,8 +15,8 @@
 #                       edition to the extension (move.sh), generated column and indexes kept
 #   edition-readme      the SQL edition examples of README.md and docs/sql-edition.md, run as written
 # Suites that need the library (preload*, settings*, stats_*; leases, lease-* and cic-wait: the
-# edition has no leases and no snapshot-free waits) are skipped, each skip
-# printed and recorded. Writes "suite passed failed" lines to $ADVLOCK_SUMMARY.
+# edition has no leases and no snapshot-free waits; lock_table: nor the lock table view) are
+# skipped, each skip printed and recorded. Writes "suite passed failed" lines to $ADVLOCK_SUMMARY.
 #
 # Overlays: the same expected files as the extension, except where the edition differs in a
 # documented way (docs/sql-edition.md): pg_test/edition/expected/*.out
@@ -100,8 +100,8 @@ run_driver() { # suite driver kind db tests...
 }
 
 # needs_preload NAME: suites that exist only with shared_preload_libraries (or check settings,
-# which only the library can).
-needs_preload() { case $1 in preload*|settings|settings_*|stats_*|leases|lease-*|cic-wait) return 0 ;; *) return 1 ;; esac; }
+# which only the library can), or test what only the library has (lock_table).
+needs_preload() { case $1 in preload*|settings|settings_*|stats_*|leases|lease-*|cic-wait|lock_table) return 0 ;; *) return 1 ;; esac; }
 
 run_python() { # suite script
   local suite=$1 script=$2

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -125,10 +126,13 @@ def free_port() -> int:
 
 
 class Exporter:
-    """A real postgres_exporter on loopback, with the shipped queries.yaml, connecting as `role`."""
+    """A real postgres_exporter on loopback, with the shipped queries.yaml, connecting as `role`
+    to `databases` (one DSN each, comma separated as 0.11.1 takes several; default the suite's
+    database), with `args` added to its command line."""
 
-    def __init__(self, role: str, name: str):
+    def __init__(self, role: str, name: str, databases=(DATABASE,), args=()):
         self.role, self.name = role, name
+        self.databases, self.args = list(databases), list(args)
         self.proc = None
         self.port = None
         self.log = WORKDIR / f"postgres_exporter-{name}.log"
@@ -139,14 +143,15 @@ class Exporter:
         for _attempt in range(3):   # the free port may be taken between the probe and the bind
             self.port = free_port()
             env = dict(os.environ)
-            env["DATA_SOURCE_NAME"] = (f"postgresql://{self.role}@{HOST}:{PORT}/{DATABASE}"
-                                       f"?sslmode=disable&application_name=postgres_exporter-{self.name}")
+            env["DATA_SOURCE_NAME"] = ",".join(
+                f"postgresql://{self.role}@{HOST}:{PORT}/{db}"
+                f"?sslmode=disable&application_name=postgres_exporter-{self.name}" for db in self.databases)
             args = [EXPORTER_BIN,
                     f"--web.listen-address=127.0.0.1:{self.port}",
                     f"--extend.query-path={QUERIES}",
                     # 0.11.1's bgwriter collector reads columns PostgreSQL 17 moved (it logs an
                     # error every scrape); nothing of advlock's depends on it.
-                    "--no-collector.bgwriter"]
+                    "--no-collector.bgwriter", *self.args]
             with open(self.log, "ab") as log:
                 log.write(f"\n### {' '.join(args)}\n".encode())
                 log.flush()
@@ -167,7 +172,11 @@ class Exporter:
             return r.read().decode()
 
     def scrape(self) -> Scrape:
-        text = self.get("/metrics")
+        try:
+            text = self.get("/metrics")
+        except urllib.error.HTTPError as e:
+            # The body says why, e.g. the same series collected twice.
+            raise AssertionError(f"/metrics: HTTP {e.code}: {e.read().decode(errors='replace')[:3000]}") from e
         return Scrape(text, time.monotonic())
 
     def stop(self):

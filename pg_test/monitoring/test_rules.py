@@ -8,7 +8,8 @@ from monsupport import PROMTOOL_BIN, RULES_DIR
 RULES = RULES_DIR / "advlock-rules.yml"
 TESTS = RULES_DIR / "advlock-rules.test.yml"
 ALERTS = ["AdvlockLeasesExpiring", "AdvlockLeakedLock", "AdvlockWaitersPilingUp", "AdvlockOldestWaitTooOld",
-          "AdvlockTimeoutsRising", "AdvlockHiddenHolders", "AdvlockMetricsMissing"]
+          "AdvlockTimeoutsRising", "AdvlockHiddenHolders", "AdvlockAdvisoryLocksFillLockTable",
+          "AdvlockLockTableNearlyFull", "AdvlockMetricsMissing"]
 
 
 def promtool(*args):
