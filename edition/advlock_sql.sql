@@ -691,6 +691,54 @@ BEGIN ATOMIC
                                                WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
 END;
 
+-- The rows of advlock_holders without the backend columns, as the extension's
+-- advlock_holder_entries(pids) returns them: blocked_by for waiters, as pg_blocking_pids()
+-- defines it but from the same pg_locks snapshot (holders of a conflicting mode of the same
+-- lock, and waiters for a conflicting mode queued ahead: an earlier waitstart, one not yet
+-- recorded joined last; should that order leave nobody, every conflicting waiter; a prepared
+-- transaction as pid 0). No labels or tokens here (NULL), like the extension without preload.
+-- pids: only the granted locks of those backends.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_holder_entries(pids pg_catalog.int4[] DEFAULT NULL)
+RETURNS TABLE(key pg_catalog.int8, key1 pg_catalog.int4, key2 pg_catalog.int4, mode pg_catalog.text,
+              granted pg_catalog.bool, pid pg_catalog.int4, waiting_since pg_catalog.timestamptz,
+              blocked_by pg_catalog.int4[], label pg_catalog.text, scope pg_catalog.text,
+              held_since pg_catalog.timestamptz, token pg_catalog.int8)
+LANGUAGE sql VOLATILE PARALLEL RESTRICTED
+BEGIN ATOMIC
+    WITH entries AS MATERIALIZED (
+        SELECT e.key, e.key1, e.key2, e.mode, e.granted, e.pid, e.waiting_since,
+               CASE WHEN e.key IS NOT NULL THEN 1 ELSE 2 END AS kind,
+               COALESCE(e.key, (e.key1::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
+                               OPERATOR(pg_catalog.|) (e.key2::pg_catalog.int8 OPERATOR(pg_catalog.&) 4294967295)) AS k
+          FROM @extschema@.advlock_lock_entries() e
+         WHERE pids IS NULL OR (e.granted AND e.pid OPERATOR(pg_catalog.=) ANY (pids))
+    ),
+    blocked AS (
+        SELECT w.pid,
+               COALESCE(
+                   pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0))
+                       FILTER (WHERE o.granted
+                                  OR (o.waiting_since IS NOT NULL
+                                      AND (w.waiting_since IS NULL
+                                           OR o.waiting_since OPERATOR(pg_catalog.<) w.waiting_since))),
+                   pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0))
+                       FILTER (WHERE o.pid IS NOT NULL OR o.granted),
+                   '{}'::pg_catalog.int4[]) AS blocked_by
+          FROM entries w
+          LEFT JOIN entries o
+                 ON o.kind OPERATOR(pg_catalog.=) w.kind
+                AND o.k OPERATOR(pg_catalog.=) w.k
+                AND o.pid IS DISTINCT FROM w.pid
+                AND (o.mode OPERATOR(pg_catalog.=) 'exclusive' OR w.mode OPERATOR(pg_catalog.=) 'exclusive')
+         WHERE NOT w.granted
+         GROUP BY w.pid
+    )
+    SELECT l.key, l.key1, l.key2, l.mode, l.granted, l.pid, l.waiting_since, b.blocked_by,
+           NULL::pg_catalog.text, NULL::pg_catalog.text, NULL::pg_catalog.timestamptz, NULL::pg_catalog.int8
+      FROM entries l
+      LEFT JOIN blocked b ON NOT l.granted AND b.pid OPERATOR(pg_catalog.=) l.pid;
+END;
+
 -- Labels exist only when the extension is preloaded: the edition has none, like the
 -- extension without shared_preload_libraries (no rows; label, scope, held_since are NULL).
 CREATE OR REPLACE FUNCTION @extschema@.advlock_labels()
@@ -733,52 +781,25 @@ BEGIN
 ALTER FUNCTION @extschema@.advlock_labels() ROWS 10;
 ALTER FUNCTION @extschema@.advlock_tokens() ROWS 10;
 
-CREATE OR REPLACE VIEW @extschema@.advlock_holders AS
--- Backends first, once each: joining pg_stat_activity per lock row would look up the role of
--- the same backend thousands of times.
-WITH backends AS MATERIALIZED (
-    SELECT a.pid, a.application_name, a.usename, a.client_addr, a.state, a.state_change,
-           a.xact_start, a.query_start, a.query
-      FROM pg_catalog.pg_stat_activity a
-),
--- One snapshot of the lock table (advlock_lock_entries() copies it under every partition lock):
--- rows, holders and blockers all come from it, so a waiter is never shown blocked by nobody.
--- pg_stat_activity is a second, separate snapshot: the activity columns may be a moment apart.
-entries AS MATERIALIZED (
-    SELECT e.key, e.key1, e.key2, e.mode, e.granted, e.pid, e.waiting_since,
-           -- One hashable join key per lock: (kind, k) with kind 1 for int8 keys, 2 for int4 pairs.
-           CASE WHEN e.key IS NOT NULL THEN 1 ELSE 2 END AS kind,
-           COALESCE(e.key, (e.key1::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
-                           OPERATOR(pg_catalog.|) (e.key2::pg_catalog.int8 OPERATOR(pg_catalog.&) 4294967295)) AS k
-      FROM @extschema@.advlock_lock_entries() e
-),
--- Waiters only (a backend waits for one lock at a time, so one row per waiting pid): who blocks
--- them, as pg_blocking_pids() defines it but from the same snapshot. Holders of a conflicting
--- mode of the same lock, and waiters for a conflicting mode queued ahead (earlier waiting_since;
--- one whose wait start is not yet recorded joined last). Should that order leave nobody (two
--- wait starts recorded out of queue order), every conflicting waiter: in a consistent snapshot
--- a waiter always has a conflicting holder or waiter. A prepared transaction shows as pid 0,
--- as in pg_blocking_pids(). A hash join on (kind, k): no per-row work when nobody waits.
-blocked AS (
-    SELECT w.pid,
-           COALESCE(
-               pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0))
-                   FILTER (WHERE o.granted
-                              OR (o.waiting_since IS NOT NULL
-                                  AND (w.waiting_since IS NULL
-                                       OR o.waiting_since OPERATOR(pg_catalog.<) w.waiting_since))),
-               pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0))
-                   FILTER (WHERE o.pid IS NOT NULL OR o.granted),
-               '{}'::pg_catalog.int4[]) AS blocked_by
-      FROM entries w
-      LEFT JOIN entries o
-             ON o.kind OPERATOR(pg_catalog.=) w.kind
-            AND o.k OPERATOR(pg_catalog.=) w.k
-            AND o.pid IS DISTINCT FROM w.pid
-            AND (o.mode OPERATOR(pg_catalog.=) 'exclusive' OR w.mode OPERATOR(pg_catalog.=) 'exclusive')
-     WHERE NOT w.granted
-     GROUP BY w.pid
-)
+-- The rows of advlock_holders, written once for the view and for advlock_idle_holders: the lock
+-- rows from advlock_holder_entries(pids) (one snapshot of the lock table, blocked_by and the
+-- recorded labels computed in Rust), each joined to its backend in pg_stat_activity (a second,
+-- separate snapshot: the activity columns may be a moment apart). A SQL function the planner
+-- inlines (LANGUAGE sql, STABLE, no SET): a query that reads few columns computes only those,
+-- and one that reads no backend column (count(*), WHERE NOT granted) does not join at all,
+-- since DISTINCT ON (pid) proves the join cannot duplicate a row.
+-- older_than decides is_idle_holder (NULL: advlock.idle_threshold).
+CREATE OR REPLACE FUNCTION @extschema@.advlock_holder_rows(pids pg_catalog.int4[], older_than pg_catalog.interval)
+RETURNS TABLE(key pg_catalog.int8, key1 pg_catalog.int4, key2 pg_catalog.int4, mode pg_catalog.text,
+              granted pg_catalog.bool, pid pg_catalog.int4, application_name pg_catalog.text,
+              usename pg_catalog.text, client_addr pg_catalog.inet, backend_state pg_catalog.text,
+              state_change pg_catalog.timestamptz, xact_start pg_catalog.timestamptz,
+              query_start pg_catalog.timestamptz, query pg_catalog.text, idle_for pg_catalog.interval,
+              is_idle_holder pg_catalog.bool, waiting_since pg_catalog.timestamptz,
+              blocked_by pg_catalog.int4[], label pg_catalog.text, scope pg_catalog.text,
+              held_since pg_catalog.timestamptz, token pg_catalog.int8)
+LANGUAGE sql STABLE PARALLEL RESTRICTED
+BEGIN ATOMIC
 SELECT
     l.key,                          -- int8 keys (pg_advisory_*(bigint), advlock); NULL otherwise
     l.key1,                         -- pg_advisory_*(int4, int4) keys; NULL otherwise
@@ -787,52 +808,50 @@ SELECT
     l.granted,
     l.pid,
     a.application_name,
-    a.usename::pg_catalog.text                                                          AS usename,
+    a.usename::pg_catalog.text,
     a.client_addr,
-    a.state                                                                             AS backend_state,
+    a.state,
     a.state_change,
     a.xact_start,
     a.query_start,
     a.query,
-    i.idle_for,
+    a.idle_for,
     -- The leak signal: granted, outside any transaction (so necessarily a session lock),
-    -- idle for at least advlock.idle_threshold. NULL (unknown), not false, for a holder whose
+    -- idle for at least the threshold. NULL (unknown), not false, for a holder whose
     -- activity pg_stat_activity hides from the caller: a blind spot must not look healthy.
     CASE WHEN l.granted AND a.query OPERATOR(pg_catalog.=) '<insufficient privilege>' THEN NULL
          ELSE COALESCE(l.granted
                        AND a.state OPERATOR(pg_catalog.=) 'idle'
-                       AND i.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold()),
+                       AND a.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold(older_than)),
                        false)
-    END                                                                                 AS is_idle_holder,
+    END,
     l.waiting_since,
-    b.blocked_by,
+    l.blocked_by,
     -- Preloaded only (NULL otherwise): what advlock recorded when it granted this lock.
-    lb.label,
-    lb.scope,
-    lb.held_since,
-    tk.token                        -- the fencing token of the latest advlock_try_with_token hold
--- advlock_lock_entries(): pg_lock_status() filtered to this database's advisory locks in C,
--- before any tuple is built, so other locks cost next to nothing.
-FROM entries l
-LEFT JOIN backends a ON a.pid OPERATOR(pg_catalog.=) l.pid
-LEFT JOIN blocked b ON NOT l.granted AND b.pid OPERATOR(pg_catalog.=) l.pid
--- A recorded label only ever shows next to a granted lock of the same backend, key and mode
--- that the lock manager reports right now: a stale entry matches nothing.
-LEFT JOIN @extschema@.advlock_labels() lb
-       ON l.granted
-      AND lb.pid OPERATOR(pg_catalog.=) l.pid
-      AND lb.key OPERATOR(pg_catalog.=) l.key
-      AND lb.mode OPERATOR(pg_catalog.=) l.mode
-LEFT JOIN @extschema@.advlock_tokens() tk
-       ON l.granted
-      AND tk.pid OPERATOR(pg_catalog.=) l.pid
-      AND tk.key OPERATOR(pg_catalog.=) l.key
-      AND tk.mode OPERATOR(pg_catalog.=) l.mode
--- idle_for is computed once per row so is_idle_holder and idle_for never disagree.
-CROSS JOIN LATERAL (
-    SELECT CASE WHEN a.state OPERATOR(pg_catalog.~~) 'idle%'
-                THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) a.state_change END AS idle_for
-) i;
+    l.label,
+    l.scope,
+    l.held_since,
+    l.token                         -- the fencing token of the latest advlock_try_with_token hold
+  FROM @extschema@.advlock_holder_entries(pids) l
+  -- idle_for is computed once per backend, so is_idle_holder and idle_for never disagree.
+  LEFT JOIN (SELECT DISTINCT ON (s.pid)
+                    s.pid, s.application_name, s.usename, s.client_addr, s.state, s.state_change,
+                    s.xact_start, s.query_start, s.query,
+                    CASE WHEN s.state OPERATOR(pg_catalog.~~) 'idle%'
+                         THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) s.state_change END AS idle_for
+               FROM pg_catalog.pg_stat_activity s
+              ORDER BY s.pid) a
+         ON a.pid OPERATOR(pg_catalog.=) l.pid;
+END;
+
+-- One row per advisory lock entry in the current database, holders and waiters alike, with
+-- the backend behind it.
+CREATE OR REPLACE VIEW @extschema@.advlock_holders AS
+SELECT h.key, h.key1, h.key2, h.mode, h.granted, h.pid, h.application_name, h.usename,
+       h.client_addr, h.backend_state, h.state_change, h.xact_start, h.query_start, h.query,
+       h.idle_for, h.is_idle_holder, h.waiting_since, h.blocked_by, h.label, h.scope,
+       h.held_since, h.token
+  FROM @extschema@.advlock_holder_rows(NULL, NULL) h;
 
 -- Like pg_locks and pg_stat_activity, readable by everyone; what each row shows is decided by
 -- pg_stat_activity's own rules for the caller (no SECURITY DEFINER).
@@ -841,41 +860,70 @@ GRANT SELECT ON @extschema@.advlock_holders TO PUBLIC;
 COMMENT ON VIEW @extschema@.advlock_holders IS
   'advlock: advisory locks in this database, holders and waiters, with their backends';
 
--- The idle-holder rows: granted session locks on backends idle (outside any transaction)
--- for at least older_than (NULL: advlock.idle_threshold). plpgsql rather than SQL so the
--- argument is validated even when no lock is held at all.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_idle_holders(older_than pg_catalog.interval DEFAULT NULL)
-RETURNS SETOF @extschema@.advlock_holders
+-- The backends advlock_idle_holders and advlock_terminate_idle_holders look at: those of this
+-- database idle (outside any transaction) for at least older_than (NULL:
+-- advlock.idle_threshold), from pg_stat_activity alone, so the lock table is read only for
+-- them, and not at all when there are none. Validates older_than, and warns when
+-- pg_stat_activity hides holders from the caller; `caller` names the function in messages.
+-- plpgsql rather than SQL so the argument is validated even when no lock is held at all.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_idle_holder_pids(older_than pg_catalog.interval, caller pg_catalog.text)
+RETURNS pg_catalog.int4[]
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     threshold interval;
+    hidden_pids int4[];
     hidden int;
 BEGIN
     IF older_than < interval '0' THEN
-        RAISE EXCEPTION 'argument "older_than" of advlock_idle_holders must not be a negative interval'
+        RAISE EXCEPTION 'argument "older_than" of % must not be a negative interval', caller
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pass how long a holder must have been idle, e.g. interval ''5 minutes'', or NULL for advlock.idle_threshold.';
     END IF;
     threshold := @extschema@.advlock_idle_threshold(older_than);
-    SELECT count(DISTINCT h.pid) INTO hidden
-      FROM @extschema@.advlock_holders h
-     WHERE h.granted AND h.query = '<insufficient privilege>';
-    IF hidden > 0 THEN
-        RAISE WARNING 'advlock_idle_holders cannot see the activity of % backend(s) holding advisory locks', hidden
-            USING DETAIL = format('pg_stat_activity hides their state from role %s: idle holders among them are not listed.', current_user),
-                  HINT = format('Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO %s;', quote_ident(current_user));
+    SELECT array_agg(a.pid) INTO hidden_pids
+      FROM pg_stat_activity a
+     WHERE a.datname = current_database() AND a.query = '<insufficient privilege>';
+    IF hidden_pids IS NOT NULL THEN
+        SELECT count(DISTINCT e.pid) INTO hidden FROM @extschema@.advlock_holder_entries(hidden_pids) e;
+        IF hidden > 0 THEN
+            RAISE WARNING '% cannot see the activity of % backend(s) holding advisory locks', caller, hidden
+                USING DETAIL = format('pg_stat_activity hides their state from role %s: idle holders among them are not listed.', current_user),
+                      HINT = format('Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO %s;', quote_ident(current_user));
+        END IF;
     END IF;
-    RETURN QUERY
-        SELECT h.*
-          FROM @extschema@.advlock_holders h
-         WHERE h.granted
-           AND h.backend_state = 'idle'
-           AND h.idle_for >= threshold
-         ORDER BY h.idle_for DESC, h.pid, h.key;
+    RETURN COALESCE((SELECT array_agg(a.pid)
+                       FROM pg_stat_activity a
+                      WHERE a.datname = current_database()
+                        AND a.state = 'idle'
+                        AND clock_timestamp() - a.state_change >= threshold), '{}');
 END
 $fn$;
+
+-- The idle-holder rows, most idle first: granted locks of those backends, rechecked against the
+-- rows' own activity (the same pg_stat_activity snapshot, one per transaction). A SQL function
+-- the planner inlines into its callers.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_idle_holder_rows(older_than pg_catalog.interval, caller pg_catalog.text)
+RETURNS SETOF @extschema@.advlock_holders
+LANGUAGE sql STABLE PARALLEL RESTRICTED
+BEGIN ATOMIC
+    SELECT h.*
+      FROM @extschema@.advlock_holder_rows(@extschema@.advlock_idle_holder_pids(older_than, caller), older_than) h
+     WHERE h.granted
+       AND h.backend_state OPERATOR(pg_catalog.=) 'idle'
+       AND h.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold(older_than))
+     ORDER BY h.idle_for DESC, h.pid, h.key;
+END;
+
+-- The idle holders; is_idle_holder is true on every row (decided by older_than, not by the
+-- setting).
+CREATE OR REPLACE FUNCTION @extschema@.advlock_idle_holders(older_than pg_catalog.interval DEFAULT NULL)
+RETURNS SETOF @extschema@.advlock_holders
+LANGUAGE sql STABLE PARALLEL RESTRICTED
+BEGIN ATOMIC
+    SELECT * FROM @extschema@.advlock_idle_holder_rows(older_than, 'advlock_idle_holders');
+END;
 
 -- advlock_leak_count is in Rust (src/metrics.rs): it reads the lock table only when a backend
 -- is idle past the threshold, so the healthy case costs a look at the backends.
@@ -913,7 +961,7 @@ BEGIN
                min(h.application_name) AS holder_app,
                coalesce(array_agg(DISTINCT h.key ORDER BY h.key) FILTER (WHERE h.key IS NOT NULL),
                         '{}'::int8[]) AS holder_keys
-          FROM @extschema@.advlock_idle_holders(older_than) h
+          FROM @extschema@.advlock_idle_holder_rows(older_than, 'advlock_terminate_idle_holders') h
          WHERE h.pid <> pg_backend_pid()
          GROUP BY h.pid
          ORDER BY h.pid
@@ -1761,6 +1809,14 @@ COMMENT ON FUNCTION @extschema@.advlock_idle_threshold(pg_catalog.interval) IS
   'advlock: the idle threshold in effect: older_than, or the advlock.idle_threshold setting when NULL; rejects a negative interval';
 COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
   'advlock (internal, feeds the advlock_holders view; may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since)';
+COMMENT ON FUNCTION @extschema@.advlock_holder_entries(pg_catalog.int4[]) IS
+  'advlock (internal, feeds advlock_holder_rows; may change): the advisory locks of this database from one snapshot of the lock table, with blocked_by for waiters and, preloaded, the recorded label, scope, held_since and token; pids: only the granted locks of those backends';
+COMMENT ON FUNCTION @extschema@.advlock_holder_rows(pg_catalog.int4[], pg_catalog.interval) IS
+  'advlock (internal, the rows of advlock_holders and advlock_idle_holders; may change): advlock_holder_entries(pids) joined to pg_stat_activity, is_idle_holder decided by older_than';
+COMMENT ON FUNCTION @extschema@.advlock_idle_holder_pids(pg_catalog.interval, pg_catalog.text) IS
+  'advlock (internal, behind advlock_idle_holders and advlock_terminate_idle_holders; may change): the backends of this database idle for at least older_than; validates older_than and warns about hidden holders, naming caller';
+COMMENT ON FUNCTION @extschema@.advlock_idle_holder_rows(pg_catalog.interval, pg_catalog.text) IS
+  'advlock (internal, behind advlock_idle_holders and advlock_terminate_idle_holders; may change): the idle-holder rows, most idle first, with messages naming caller';
 COMMENT ON FUNCTION @extschema@.advlock_labels() IS
   'advlock (internal, feeds advlock_holders.label, scope and held_since; may change): the labels (ns/id), scopes and hold times recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_tokens() IS

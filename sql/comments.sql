@@ -89,7 +89,7 @@ COMMENT ON FUNCTION @extschema@.advlock_idle_threshold(pg_catalog.interval) IS
 COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
   'advlock (internal, feeds the advlock_holders view; may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since)';
 COMMENT ON FUNCTION @extschema@.advlock_lock_table_entries() IS
-  'advlock (internal, feeds the advlock_lock_table view; may change): shared lock table entries per database OID, advisory entries among them, and the table''s capacity';
+  'advlock (internal, feeds the advlock_lock_table view; may change): shared lock table entries per database (by name), advisory entries among them, and the table''s capacity';
 COMMENT ON FUNCTION @extschema@.advlock_holder_entries(pg_catalog.int4[]) IS
   'advlock (internal, feeds advlock_holder_rows; may change): the advisory locks of this database from one snapshot of the lock table, with blocked_by for waiters and, preloaded, the recorded label, scope, held_since and token; pids: only the granted locks of those backends';
 COMMENT ON FUNCTION @extschema@.advlock_holder_rows(pg_catalog.int4[], pg_catalog.interval) IS

@@ -4,9 +4,8 @@
 -- "out of shared memory". Same conventions as holders.sql: schema-qualified, no SECURITY DEFINER.
 
 CREATE VIEW @extschema@.advlock_lock_table AS
-SELECT d.datname, t.lock_entries, t.advisory_entries, t.capacity
-  FROM @extschema@.advlock_lock_table_entries() t
-  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) t.database;
+SELECT t.datname::pg_catalog.name AS datname, t.lock_entries, t.advisory_entries, t.capacity
+  FROM @extschema@.advlock_lock_table_entries() t;
 
 COMMENT ON VIEW @extschema@.advlock_lock_table IS
   'advlock: shared lock table use per database (datname NULL: locks of no database, e.g. transaction ids): lock_entries of every type, advisory_entries among them, and the capacity max_locks_per_transaction × (max_connections + autovacuum, background and WAL sender slots + max_prepared_transactions); for exporters';

@@ -70,6 +70,22 @@ pub fn database_exists(oid: u32) -> bool {
     }
 }
 
+/// The name of a database by OID (the catalog cache, as current_database() reads it), in the
+/// server encoding, or None when there is none (dropped). Needs a transaction.
+pub fn database_name(oid: u32) -> Option<Vec<u8>> {
+    // SAFETY: a syscache lookup by OID from inside a transaction; the result is a palloc'd
+    // C string (or NULL), copied before it is freed.
+    unsafe {
+        let name = pg_sys::get_database_name(pg_sys::Oid::from(oid));
+        if name.is_null() {
+            return None;
+        }
+        let owned = core::ffi::CStr::from_ptr(name).to_bytes().to_vec();
+        pg_sys::pfree(name.cast());
+        Some(owned)
+    }
+}
+
 /// `GetCurrentTimestamp()`.
 pub fn now() -> pg_sys::TimestampTz {
     // SAFETY: reads the clock; no side effects.

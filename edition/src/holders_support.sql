@@ -65,6 +65,54 @@ BEGIN ATOMIC
                                                WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
 END;
 
+-- The rows of advlock_holders without the backend columns, as the extension's
+-- advlock_holder_entries(pids) returns them: blocked_by for waiters, as pg_blocking_pids()
+-- defines it but from the same pg_locks snapshot (holders of a conflicting mode of the same
+-- lock, and waiters for a conflicting mode queued ahead: an earlier waitstart, one not yet
+-- recorded joined last; should that order leave nobody, every conflicting waiter; a prepared
+-- transaction as pid 0). No labels or tokens here (NULL), like the extension without preload.
+-- pids: only the granted locks of those backends.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_holder_entries(pids pg_catalog.int4[] DEFAULT NULL)
+RETURNS TABLE(key pg_catalog.int8, key1 pg_catalog.int4, key2 pg_catalog.int4, mode pg_catalog.text,
+              granted pg_catalog.bool, pid pg_catalog.int4, waiting_since pg_catalog.timestamptz,
+              blocked_by pg_catalog.int4[], label pg_catalog.text, scope pg_catalog.text,
+              held_since pg_catalog.timestamptz, token pg_catalog.int8)
+LANGUAGE sql VOLATILE PARALLEL RESTRICTED
+BEGIN ATOMIC
+    WITH entries AS MATERIALIZED (
+        SELECT e.key, e.key1, e.key2, e.mode, e.granted, e.pid, e.waiting_since,
+               CASE WHEN e.key IS NOT NULL THEN 1 ELSE 2 END AS kind,
+               COALESCE(e.key, (e.key1::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32)
+                               OPERATOR(pg_catalog.|) (e.key2::pg_catalog.int8 OPERATOR(pg_catalog.&) 4294967295)) AS k
+          FROM @extschema@.advlock_lock_entries() e
+         WHERE pids IS NULL OR (e.granted AND e.pid OPERATOR(pg_catalog.=) ANY (pids))
+    ),
+    blocked AS (
+        SELECT w.pid,
+               COALESCE(
+                   pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0))
+                       FILTER (WHERE o.granted
+                                  OR (o.waiting_since IS NOT NULL
+                                      AND (w.waiting_since IS NULL
+                                           OR o.waiting_since OPERATOR(pg_catalog.<) w.waiting_since))),
+                   pg_catalog.array_agg(DISTINCT COALESCE(o.pid, 0) ORDER BY COALESCE(o.pid, 0))
+                       FILTER (WHERE o.pid IS NOT NULL OR o.granted),
+                   '{}'::pg_catalog.int4[]) AS blocked_by
+          FROM entries w
+          LEFT JOIN entries o
+                 ON o.kind OPERATOR(pg_catalog.=) w.kind
+                AND o.k OPERATOR(pg_catalog.=) w.k
+                AND o.pid IS DISTINCT FROM w.pid
+                AND (o.mode OPERATOR(pg_catalog.=) 'exclusive' OR w.mode OPERATOR(pg_catalog.=) 'exclusive')
+         WHERE NOT w.granted
+         GROUP BY w.pid
+    )
+    SELECT l.key, l.key1, l.key2, l.mode, l.granted, l.pid, l.waiting_since, b.blocked_by,
+           NULL::pg_catalog.text, NULL::pg_catalog.text, NULL::pg_catalog.timestamptz, NULL::pg_catalog.int8
+      FROM entries l
+      LEFT JOIN blocked b ON NOT l.granted AND b.pid OPERATOR(pg_catalog.=) l.pid;
+END;
+
 -- Labels exist only when the extension is preloaded: the edition has none, like the
 -- extension without shared_preload_libraries (no rows; label, scope, held_since are NULL).
 CREATE OR REPLACE FUNCTION @extschema@.advlock_labels()
