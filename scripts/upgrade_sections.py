@@ -33,14 +33,26 @@ def function_blocks(new, replaced=()):
 if version == "0.4.0":
     script = repo / "sql/advlock--0.3.0--0.4.0.sql"
     functions = function_blocks(("advlock_lease", "advlock_lease_renew", "advlock_lease_release",
-                                 "advlock_lease_entries", "advlock_lease_stats"))
+                                 "advlock_lease_entries", "advlock_lease_stats",
+                                 "advlock_holder_entries", "advlock_lock_table_entries"))
     leases = (repo / "sql/leases.sql").read_text()
+    lock_table = (repo / "sql/lock_table.sql").read_text()
+    # advlock_holders from advlock_holder_rows on: the new functions created, the view and the
+    # functions 0.3.0 already had replaced in place (keeping privileges, comments, dependants).
+    holders = (repo / "sql/holders.sql").read_text()
+    holders = holders[holders.index("-- The rows of advlock_holders, written once"):]
+    for name in ("VIEW @extschema@.advlock_holders AS", "FUNCTION @extschema@.advlock_idle_holders(",
+                 "FUNCTION @extschema@.advlock_terminate_idle_holders("):
+        assert "CREATE " + name in holders, name
+        holders = holders.replace("CREATE " + name, "CREATE OR REPLACE " + name, 1)
     procedures = next(b for b in blocks if "CREATE PROCEDURE @extschema@.advlock_wait_lock" in b)
     procedures = "".join(line for line in procedures.splitlines(True) if not re.match(r"-- src/", line))
     # The hand-written header, then the generated objects, then every comment.
     header = script.read_text().partition(begin)[0].partition("-- One-line descriptions for \\df+")[0]
-    script.write_text(header + begin + "\n".join(functions) + "\n" + procedures + "\n" + leases + end + "\n" + comments)
-    print(f"{script.relative_to(repo)}: {len(functions)} new functions, 2 procedures, sql/leases.sql, comments")
+    script.write_text(header + begin + "\n".join(functions) + "\n" + procedures + "\n" + leases + "\n"
+                      + holders + "\n" + lock_table + end + "\n" + comments)
+    print(f"{script.relative_to(repo)}: {len(functions)} new functions, 2 procedures, sql/leases.sql, "
+          "sql/holders.sql from advlock_holder_rows on, sql/lock_table.sql, comments")
     sys.exit(0)
 assert version == "0.3.0", f"unknown version {version}"
 script = repo / "sql/advlock--0.2.0--0.3.0.sql"

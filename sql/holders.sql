@@ -77,7 +77,9 @@ END;
 -- One row per advisory lock entry in the current database, holders and waiters alike, with
 -- the backend behind it.
 CREATE VIEW @extschema@.advlock_holders AS
-SELECT h.key, h.key1, h.key2, h.mode, h.granted, h.pid, h.application_name, h.usename,
+SELECT h.key, h.key1, h.key2, h.mode, h.granted, h.pid, h.application_name,
+       -- A role name, compared as pg_stat_activity.usename is (collation "C").
+       h.usename COLLATE pg_catalog."C" AS usename,
        h.client_addr, h.backend_state, h.state_change, h.xact_start, h.query_start, h.query,
        h.idle_for, h.is_idle_holder, h.waiting_since, h.blocked_by, h.label, h.scope,
        h.held_since, h.token
