@@ -64,6 +64,13 @@ CREATE FUNCTION evil.advlock_lock_entries()
 RETURNS TABLE(key bigint, key1 integer, key2 integer, mode text, granted boolean, pid integer,
               waiting_since timestamptz) LANGUAGE plpgsql AS $$
 BEGIN PERFORM evil.hijacked('advlock_lock_entries()'); RETURN QUERY SELECT * FROM public.advlock_lock_entries(); END $$;""",
+    """
+CREATE FUNCTION evil.advlock_holder_entries(pids integer[] DEFAULT NULL)
+RETURNS TABLE(key bigint, key1 integer, key2 integer, mode text, granted boolean, pid integer,
+              waiting_since timestamptz, blocked_by integer[], label text, scope text,
+              held_since timestamptz, token bigint) LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.hijacked('advlock_holder_entries(integer[])');
+      RETURN QUERY SELECT * FROM public.advlock_holder_entries(pids); END $$;""",
     _fn("string_agg_sfunc", "text, text, text", "text",
         "pg_catalog.concat($1, CASE WHEN $1 IS NULL THEN '' ELSE $3 END, $2)"),
     "CREATE AGGREGATE evil.string_agg(text, text) (SFUNC = evil.string_agg_sfunc, STYPE = text);",
@@ -248,9 +255,9 @@ def test_trusted_install_by_database_owner_with_hostile_schema(hostile, key):
             members = dict(su.execute(f"SELECT classid::regclass::text, count(*) FROM ({EXTENSION_MEMBERS}) m "
                                       "GROUP BY 1").fetchall())
             # functions; the views advlock_holders, advlock_stats, advlock_stats_info,
-            # advlock_metrics, advlock_leases, advlock_lease_stats, and the sequence
-            # advlock_token_seq
-            assert members["pg_proc"] >= 16 and members["pg_class"] == 7, members
+            # advlock_metrics, advlock_leases, advlock_lease_stats, advlock_lock_table, and the
+            # sequence advlock_token_seq
+            assert members["pg_proc"] >= 16 and members["pg_class"] == 8, members
             # No member (nor the view's rewrite rule) depends on anything in the hostile schema.
             assert su.execute(DEPENDS_ON_EVIL.format(targets=EXTENSION_MEMBERS)).fetchall() == []
             # Control: the same query does see such a dependency when one exists.
