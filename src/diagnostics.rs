@@ -1,16 +1,16 @@
 //! Who holds what: the `advlock_holders` view and its helpers (hand-written SQL in
 //! `sql/holders.sql`), plus the holder description used in lock-timeout errors.
+use crate::backend;
 use crate::errors::Report;
 use crate::gucs;
 use crate::lock_request::Mode;
-use crate::backend;
 use crate::lockmgr::{self, AdvisoryEntry, AdvisoryKey};
 use crate::preload::labels;
 use crate::server_text::ServerTextOut;
-use std::collections::{HashMap, HashSet};
 use pgrx::datum::Interval;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::prelude::*;
+use std::collections::{HashMap, HashSet};
 
 const MICROS_PER_DAY: i128 = 86_400_000_000;
 
@@ -193,7 +193,9 @@ fn waiting_since(e: &AdvisoryEntry) -> Option<TimestampWithTimeZone> {
 /// has one. Sorted pids, each once; a prepared transaction shows as 0, as in
 /// `pg_blocking_pids()`. Nothing is built when nobody waits.
 fn blockers(entries: &[AdvisoryEntry]) -> HashMap<usize, Vec<i32>> {
-    let waiters: Vec<usize> = (0..entries.len()).filter(|&i| !entries[i].granted).collect();
+    let waiters: Vec<usize> = (0..entries.len())
+        .filter(|&i| !entries[i].granted)
+        .collect();
     if waiters.is_empty() {
         return HashMap::new();
     }
@@ -212,9 +214,14 @@ fn blockers(entries: &[AdvisoryEntry]) -> HashMap<usize, Vec<i32>> {
                 .filter(|o| o.pid != w.pid && (exclusive(o) || exclusive(w)))
                 .collect();
             let ahead = |o: &AdvisoryEntry| {
-                o.granted || (o.wait_start != 0 && (w.wait_start == 0 || o.wait_start < w.wait_start))
+                o.granted
+                    || (o.wait_start != 0 && (w.wait_start == 0 || o.wait_start < w.wait_start))
             };
-            let mut pids: Vec<i32> = conflicting.iter().filter(|o| ahead(o)).map(|o| o.pid).collect();
+            let mut pids: Vec<i32> = conflicting
+                .iter()
+                .filter(|o| ahead(o))
+                .map(|o| o.pid)
+                .collect();
             if pids.is_empty() {
                 pids = conflicting.iter().map(|o| o.pid).collect();
             }

@@ -23,7 +23,9 @@ fn advlock_lock_table_entries() -> TableIterator<
 > {
     let usage = lockmgr::lock_table_usage();
     let mut by_database = usage.by_database;
-    by_database.entry(crate::backend::database()).or_insert((0, 0));
+    by_database
+        .entry(crate::backend::database())
+        .or_insert((0, 0));
     let mut rows: Vec<_> = by_database
         .into_iter()
         .map(|(oid, (entries, advisory))| {
@@ -34,9 +36,12 @@ fn advlock_lock_table_entries() -> TableIterator<
         })
         .collect();
     rows.sort_by_key(|r| r.0);
-    TableIterator::new(rows.into_iter().map(|(_, datname, entries, advisory, capacity)| {
-        (datname, entries, advisory, capacity)
-    }))
+    TableIterator::new(
+        rows.into_iter()
+            .map(|(_, datname, entries, advisory, capacity)| {
+                (datname, entries, advisory, capacity)
+            }),
+    )
 }
 
 pgrx::extension_sql_file!(

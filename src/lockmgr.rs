@@ -382,7 +382,9 @@ pub fn lock_table_usage() -> LockTableUsage {
 fn database_of(tag: &pg_sys::LOCKTAG) -> u32 {
     use pg_sys::LockTagType::*;
     match tag.locktag_type as pg_sys::LockTagType::Type {
-        LOCKTAG_TRANSACTION | LOCKTAG_VIRTUALTRANSACTION | LOCKTAG_SPECULATIVE_TOKEN
+        LOCKTAG_TRANSACTION
+        | LOCKTAG_VIRTUALTRANSACTION
+        | LOCKTAG_SPECULATIVE_TOKEN
         | LOCKTAG_USERLOCK => 0,
         _ => tag.locktag_field1,
     }
@@ -395,7 +397,11 @@ fn max_prepared_transactions() -> i64 {
     // returned string is the GUC's own, valid until the setting changes (never: PGC_POSTMASTER).
     unsafe {
         let value = pg_sys::GetConfigOption(c"max_prepared_transactions".as_ptr(), false, false);
-        CStr::from_ptr(value).to_str().ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+        CStr::from_ptr(value)
+            .to_str()
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
     }
 }
 
