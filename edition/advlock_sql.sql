@@ -451,6 +451,48 @@ RETURN 'key ' OPERATOR(pg_catalog.||) key OPERATOR(pg_catalog.||) ' = advlock_ke
                                     ELSE '''' OPERATOR(pg_catalog.||) pg_catalog.replace(@extschema@.advlock_edition_display(id_text), '''', '''''') OPERATOR(pg_catalog.||) '''' END
        OPERATOR(pg_catalog.||) ')';
 
+-- One session hold of key released by pg_advisory_unlock*, whose own WARNING on failure ("you
+-- don't own a lock of type ...") is kept from the client: advlock_edition_release says more.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_release_quietly(key pg_catalog.int8, shared pg_catalog.bool)
+RETURNS pg_catalog.bool
+LANGUAGE sql VOLATILE
+SET client_min_messages = error
+BEGIN ATOMIC
+    SELECT CASE WHEN shared THEN pg_catalog.pg_advisory_unlock_shared(key) ELSE pg_catalog.pg_advisory_unlock(key) END;
+END;
+
+-- One session hold of key released (true), or false with the extension's WARNING: the key
+-- (target, as advlock_edition_describe writes it) and what this session holds of it instead.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_release(fn pg_catalog.text, key pg_catalog.int8,
+                                                              shared pg_catalog.bool, target pg_catalog.text)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    asked text := CASE WHEN shared THEN 'shared' ELSE 'exclusive' END;
+    other text := CASE WHEN shared THEN 'exclusive' ELSE 'shared' END;
+BEGIN
+    IF @extschema@.advlock_edition_release_quietly(key, shared) THEN
+        RETURN true;
+    END IF;
+    IF @extschema@.advlock_edition_held(key, shared) THEN
+        RAISE WARNING '%: this session holds no % session lock on %', fn, asked, target
+            USING DETAIL = 'This session holds it in transaction scope (scope => ''xact'', the default), which only the end of the transaction releases.',
+                  HINT = 'COMMIT or ROLLBACK releases it; to release a lock early, take it with scope => ''session''.';
+    ELSIF @extschema@.advlock_edition_held(key, NOT shared) THEN
+        RAISE WARNING '%: this session holds no % session lock on %', fn, asked, target
+            USING DETAIL = format('This session holds that key in %s mode.', other),
+                  HINT = format('Pass mode => ''%s'' to release that lock.', other);
+    ELSE
+        RAISE WARNING '%: this session holds no % session lock on %', fn, asked, target
+            USING DETAIL = 'This session holds no lock on that key: it never took it, or already released it.',
+                  HINT = 'advlock_holders shows who holds the key.';
+    END IF;
+    RETURN false;
+END
+$fn$;
+
 -- ---------------------------------------------------------------------------------------
 -- The API: three forms each, defaults as the extension's.
 
@@ -566,7 +608,7 @@ BEGIN
 END
 $fn$;
 
--- advlock_unlock: one session-scope hold; false with the built-in's WARNING when none is held.
+-- advlock_unlock: one session-scope hold; false with a WARNING naming the key when none is held.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock(key pg_catalog.int8, mode pg_catalog.text DEFAULT 'exclusive')
 RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE
@@ -578,10 +620,9 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
     END IF;
-    IF @extschema@.advlock_edition_mode('advlock_unlock', mode) THEN
-        RETURN pg_advisory_unlock_shared(key);
-    END IF;
-    RETURN pg_advisory_unlock(key);
+    RETURN @extschema@.advlock_edition_release('advlock_unlock', key,
+                                               @extschema@.advlock_edition_mode('advlock_unlock', mode),
+                                               'key ' || key);
 END
 $fn$;
 
@@ -594,10 +635,9 @@ BEGIN
     IF ns IS NULL OR ns = '' OR id IS NULL THEN
         PERFORM @extschema@.advlock_edition_check_target('advlock_unlock', ns, id IS NULL);
     END IF;
-    IF @extschema@.advlock_edition_mode('advlock_unlock', mode) THEN
-        RETURN pg_advisory_unlock_shared(@extschema@.advlock_key(ns, id));
-    END IF;
-    RETURN pg_advisory_unlock(@extschema@.advlock_key(ns, id));
+    RETURN @extschema@.advlock_edition_release('advlock_unlock', @extschema@.advlock_key(ns, id),
+                                               @extschema@.advlock_edition_mode('advlock_unlock', mode),
+                                               @extschema@.advlock_edition_describe(@extschema@.advlock_key(ns, id), ns, id, NULL));
 END
 $fn$;
 
@@ -610,10 +650,9 @@ BEGIN
     IF ns IS NULL OR ns = '' OR id IS NULL THEN
         PERFORM @extschema@.advlock_edition_check_target('advlock_unlock', ns, id IS NULL);
     END IF;
-    IF @extschema@.advlock_edition_mode('advlock_unlock', mode) THEN
-        RETURN pg_advisory_unlock_shared(@extschema@.advlock_key(ns, id));
-    END IF;
-    RETURN pg_advisory_unlock(@extschema@.advlock_key(ns, id));
+    RETURN @extschema@.advlock_edition_release('advlock_unlock', @extschema@.advlock_key(ns, id),
+                                               @extschema@.advlock_edition_mode('advlock_unlock', mode),
+                                               @extschema@.advlock_edition_describe(@extschema@.advlock_key(ns, id), ns, NULL, id));
 END
 $fn$;
 $advlock_piece$, '@extschema@', pg_catalog.quote_ident(pg_catalog.current_schema()));
@@ -847,7 +886,9 @@ END;
 -- One row per advisory lock entry in the current database, holders and waiters alike, with
 -- the backend behind it.
 CREATE OR REPLACE VIEW @extschema@.advlock_holders AS
-SELECT h.key, h.key1, h.key2, h.mode, h.granted, h.pid, h.application_name, h.usename,
+SELECT h.key, h.key1, h.key2, h.mode, h.granted, h.pid, h.application_name,
+       -- A role name, compared as pg_stat_activity.usename is (collation "C").
+       h.usename COLLATE pg_catalog."C" AS usename,
        h.client_addr, h.backend_state, h.state_change, h.xact_start, h.query_start, h.query,
        h.idle_for, h.is_idle_holder, h.waiting_since, h.blocked_by, h.label, h.scope,
        h.held_since, h.token
@@ -1369,7 +1410,7 @@ END
 $fn$;
 
 -- unlock_all: one session hold of each distinct key released; true when every one was held,
--- the built-in's WARNING for each that was not.
+-- a WARNING naming each that was not.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_unlock_all(keys pg_catalog.int8[], mode pg_catalog.text)
 RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE
@@ -1382,7 +1423,7 @@ DECLARE
     k bigint;
 BEGIN
     FOR k IN SELECT DISTINCT v FROM unnest(keys) v ORDER BY v LOOP
-        released := CASE WHEN shared THEN pg_advisory_unlock_shared(k) ELSE pg_advisory_unlock(k) END;
+        released := @extschema@.advlock_edition_release('advlock_unlock_all', k, shared, 'key ' || k);
         every := every AND released;
     END LOOP;
     RETURN every;
@@ -1715,6 +1756,10 @@ COMMENT ON FUNCTION @extschema@.advlock_edition_mode(pg_catalog.text, pg_catalog
   'advlock SQL edition (internal): checks a mode argument; true for shared';
 COMMENT ON FUNCTION @extschema@.advlock_edition_raise_timeout(pg_catalog.int8, pg_catalog.text, pg_catalog.int4, pg_catalog.text, pg_catalog.timestamptz) IS
   'advlock SQL edition (internal): advlock_lock_with_timeout''s 55P03 error, naming the holders';
+COMMENT ON FUNCTION @extschema@.advlock_edition_release_quietly(pg_catalog.int8, pg_catalog.bool) IS
+  'advlock SQL edition (internal): pg_advisory_unlock or pg_advisory_unlock_shared with the built-in''s WARNING kept from the client';
+COMMENT ON FUNCTION @extschema@.advlock_edition_release(pg_catalog.text, pg_catalog.int8, pg_catalog.bool, pg_catalog.text) IS
+  'advlock SQL edition (internal): one session hold released, or false with a WARNING naming the key and what this session holds of it instead';
 COMMENT ON FUNCTION @extschema@.advlock_edition_describe(pg_catalog.int8, pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
   'advlock SQL edition (internal): "key N = advlock_key(ns, id)" for messages';
 COMMENT ON FUNCTION @extschema@.advlock_edition_check_timeout(pg_catalog.text, pg_catalog.int4) IS

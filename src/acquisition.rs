@@ -150,12 +150,47 @@ fn lock_with_timeout(
 
 fn unlock(target: Target, mode: Option<ServerText>) -> bool {
     let mode = Mode::parse(mode, UNLOCK);
-    let released = lockmgr::release_session(target.key, mode);
-    if released {
+    release_session(UNLOCK, &target, mode)
+}
+
+/// Releases one session hold of `target` in `mode` for `function` (advlock_unlock, and each key
+/// of advlock_unlock_all). When this session holds no such session lock: false, and a WARNING
+/// naming the key and saying what this session holds of it instead.
+pub fn release_session(function: &str, target: &Target, mode: Mode) -> bool {
+    if lockmgr::release_session(target.key, mode) {
         labels::released_session(target.key, mode);
         provisional::released(target.key, mode);
+        return true;
     }
-    released
+    let other = mode.other();
+    let (detail, hint) = if lockmgr::held_by_me(target.key, mode) {
+        (
+            "This session holds it in transaction scope (scope => 'xact', the default), which only the end of the transaction releases.".to_string(),
+            "COMMIT or ROLLBACK releases it; to release a lock early, take it with scope => 'session'.".to_string(),
+        )
+    } else if lockmgr::held_by_me(target.key, other) {
+        (
+            format!("This session holds that key in {} mode.", other.word()),
+            format!("Pass mode => '{}' to release that lock.", other.word()),
+        )
+    } else {
+        (
+            "This session holds no lock on that key: it never took it, or already released it.".to_string(),
+            "advlock_holders shows who holds the key.".to_string(),
+        )
+    };
+    Report::new(
+        PgSqlErrorCode::ERRCODE_WARNING,
+        format!(
+            "{function}: this session holds no {} session lock on {}",
+            mode.word(),
+            target.describe()
+        ),
+    )
+    .detail(detail)
+    .hint(hint)
+    .warn();
+    false
 }
 
 #[pg_extern(name = "advlock_try_with_timeout")]

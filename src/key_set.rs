@@ -12,7 +12,7 @@
 //! either at a holder of k, which (if it waits at all) waits for a key above k, or at a waiter
 //! queued ahead on k itself; keys never decrease along an edge and queue order is total, so no
 //! cycle can form among callers of these functions.
-use crate::acquisition::{lock_not_available, preflight, take_one};
+use crate::acquisition::{self, lock_not_available, preflight, take_one};
 use crate::errors::{invalid_argument, required, Report};
 use crate::keys;
 use crate::lock_request::{timeout, Id, Mode, Scope, Target};
@@ -241,17 +241,12 @@ fn lock_all(
 }
 
 /// Releases one session hold of each distinct key. True when every one was held; each key not
-/// held gets the lock manager's WARNING, as from `advlock_unlock`, and the others are released.
+/// held gets its WARNING naming it, as from `advlock_unlock`, and the others are released.
 fn unlock_all(targets: Vec<Target>, mode: Option<ServerText>) -> bool {
     let mode = Mode::parse(mode, UNLOCK_ALL);
     let mut all = true;
     for target in sorted_distinct(targets) {
-        if lockmgr::release_session(target.key, mode) {
-            labels::released_session(target.key, mode);
-            provisional::released(target.key, mode);
-        } else {
-            all = false;
-        }
+        all &= acquisition::release_session(UNLOCK_ALL, &target, mode);
     }
     all
 }

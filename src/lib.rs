@@ -40,6 +40,7 @@ pub extern "C-unwind" fn _PG_init() {
     // Labels and statistics live in shared memory, which only a preloaded library can get.
     // The settings first: the shared-memory sizes read the capacity settings.
     gucs::init(preload::shmem::preloading());
+    lockmgr::install_log_hook();
     preload::init();
 }
 

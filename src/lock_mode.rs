@@ -25,6 +25,14 @@ impl Mode {
         }
     }
 
+    /// The other of the two modes.
+    pub fn other(self) -> Mode {
+        match self {
+            Mode::Exclusive => Mode::Shared,
+            Mode::Shared => Mode::Exclusive,
+        }
+    }
+
     /// The mode of a label or token entry, from its shared flag.
     pub fn of_shared(shared: bool) -> Mode {
         if shared {

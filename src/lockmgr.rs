@@ -10,6 +10,7 @@ use core::ffi::CStr;
 use pgrx::pg_sys;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::pg_sys::panic::CaughtError;
+use pgrx::pg_guard;
 use pgrx::PgTryBuilder;
 use std::cell::Cell;
 
@@ -81,12 +82,72 @@ pub fn held_by_me(key: i64, mode: Mode) -> bool {
     held
 }
 
-/// Releases one session-level hold. False (with the lock manager's own WARNING, exactly as
-/// `pg_advisory_unlock`) when this backend holds no such session lock.
+/// Releases one session-level hold. False when this backend holds no such session lock; the
+/// lock manager's own WARNING then ("you don't own a lock of type ExclusiveLock", which names
+/// neither the key nor what is held instead) is kept from the client and the log, so that the
+/// caller can say what this session does hold (`pg_advisory_unlock` still warns as before).
 pub fn release_session(key: i64, mode: Mode) -> bool {
     let tag = advisory_tag(key);
+    let _quiet = QuietLockRelease::begin();
     // SAFETY: a valid tag; LockRelease only touches this backend's holds.
     unsafe { pg_sys::LockRelease(&tag, lockmode(mode), true) }
+}
+
+thread_local! {
+    /// Set only while `release_session` runs LockRelease.
+    static QUIET_LOCK_RELEASE: Cell<bool> = const { Cell::new(false) };
+    static PREVIOUS_EMIT_LOG_HOOK: Cell<pg_sys::emit_log_hook_type> = const { Cell::new(None) };
+}
+
+/// Sets QUIET_LOCK_RELEASE for its lifetime (cleared on drop, also when an ERROR unwinds).
+struct QuietLockRelease;
+
+impl QuietLockRelease {
+    fn begin() -> Self {
+        QUIET_LOCK_RELEASE.with(|q| q.set(true));
+        QuietLockRelease
+    }
+}
+
+impl Drop for QuietLockRelease {
+    fn drop(&mut self) {
+        QUIET_LOCK_RELEASE.with(|q| q.set(false));
+    }
+}
+
+/// Installs the hook behind `release_session`'s quiet release, chained to any earlier one.
+/// From `_PG_init`, once per backend that loads the library.
+pub fn install_log_hook() {
+    // SAFETY: emit_log_hook is a backend-local global that loaded libraries chain; _PG_init
+    // runs once per process, before any of our functions.
+    unsafe {
+        PREVIOUS_EMIT_LOG_HOOK.with(|p| p.set(pg_sys::emit_log_hook));
+        pg_sys::emit_log_hook = Some(quiet_lock_release_warning);
+    }
+}
+
+/// The one message it drops: a WARNING raised by LockRelease (lock.c) while `release_session`
+/// runs, recognised by its function name, not its text (translated under lc_messages).
+/// EmitErrorReport calls the hook only for a message bound for the server log, and honours
+/// output_to_client / output_to_server cleared here; with log_min_messages above WARNING the
+/// hook is not called and the lock manager's WARNING reaches the client as before.
+#[pg_guard]
+unsafe extern "C-unwind" fn quiet_lock_release_warning(edata: *mut pg_sys::ErrorData) {
+    // SAFETY: EmitErrorReport passes the ErrorData being reported; funcname is NULL or a
+    // static C string (__func__).
+    unsafe {
+        if QUIET_LOCK_RELEASE.with(|q| q.get())
+            && (*edata).elevel == pg_sys::WARNING as i32
+            && !(*edata).funcname.is_null()
+            && CStr::from_ptr((*edata).funcname) == c"LockRelease"
+        {
+            (*edata).output_to_client = false;
+            (*edata).output_to_server = false;
+        }
+        if let Some(previous) = PREVIOUS_EMIT_LOG_HOOK.with(|p| p.get()) {
+            previous(edata);
+        }
+    }
 }
 
 /// How a transaction-level hold was taken, which decides the resource owner that has it.

@@ -268,6 +268,48 @@ RETURN 'key ' OPERATOR(pg_catalog.||) key OPERATOR(pg_catalog.||) ' = advlock_ke
                                     ELSE '''' OPERATOR(pg_catalog.||) pg_catalog.replace(@extschema@.advlock_edition_display(id_text), '''', '''''') OPERATOR(pg_catalog.||) '''' END
        OPERATOR(pg_catalog.||) ')';
 
+-- One session hold of key released by pg_advisory_unlock*, whose own WARNING on failure ("you
+-- don't own a lock of type ...") is kept from the client: advlock_edition_release says more.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_release_quietly(key pg_catalog.int8, shared pg_catalog.bool)
+RETURNS pg_catalog.bool
+LANGUAGE sql VOLATILE
+SET client_min_messages = error
+BEGIN ATOMIC
+    SELECT CASE WHEN shared THEN pg_catalog.pg_advisory_unlock_shared(key) ELSE pg_catalog.pg_advisory_unlock(key) END;
+END;
+
+-- One session hold of key released (true), or false with the extension's WARNING: the key
+-- (target, as advlock_edition_describe writes it) and what this session holds of it instead.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_release(fn pg_catalog.text, key pg_catalog.int8,
+                                                              shared pg_catalog.bool, target pg_catalog.text)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    asked text := CASE WHEN shared THEN 'shared' ELSE 'exclusive' END;
+    other text := CASE WHEN shared THEN 'exclusive' ELSE 'shared' END;
+BEGIN
+    IF @extschema@.advlock_edition_release_quietly(key, shared) THEN
+        RETURN true;
+    END IF;
+    IF @extschema@.advlock_edition_held(key, shared) THEN
+        RAISE WARNING '%: this session holds no % session lock on %', fn, asked, target
+            USING DETAIL = 'This session holds it in transaction scope (scope => ''xact'', the default), which only the end of the transaction releases.',
+                  HINT = 'COMMIT or ROLLBACK releases it; to release a lock early, take it with scope => ''session''.';
+    ELSIF @extschema@.advlock_edition_held(key, NOT shared) THEN
+        RAISE WARNING '%: this session holds no % session lock on %', fn, asked, target
+            USING DETAIL = format('This session holds that key in %s mode.', other),
+                  HINT = format('Pass mode => ''%s'' to release that lock.', other);
+    ELSE
+        RAISE WARNING '%: this session holds no % session lock on %', fn, asked, target
+            USING DETAIL = 'This session holds no lock on that key: it never took it, or already released it.',
+                  HINT = 'advlock_holders shows who holds the key.';
+    END IF;
+    RETURN false;
+END
+$fn$;
+
 -- ---------------------------------------------------------------------------------------
 -- The API: three forms each, defaults as the extension's.
 
@@ -383,7 +425,7 @@ BEGIN
 END
 $fn$;
 
--- advlock_unlock: one session-scope hold; false with the built-in's WARNING when none is held.
+-- advlock_unlock: one session-scope hold; false with a WARNING naming the key when none is held.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock(key pg_catalog.int8, mode pg_catalog.text DEFAULT 'exclusive')
 RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE
@@ -395,10 +437,9 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
     END IF;
-    IF @extschema@.advlock_edition_mode('advlock_unlock', mode) THEN
-        RETURN pg_advisory_unlock_shared(key);
-    END IF;
-    RETURN pg_advisory_unlock(key);
+    RETURN @extschema@.advlock_edition_release('advlock_unlock', key,
+                                               @extschema@.advlock_edition_mode('advlock_unlock', mode),
+                                               'key ' || key);
 END
 $fn$;
 
@@ -411,10 +452,9 @@ BEGIN
     IF ns IS NULL OR ns = '' OR id IS NULL THEN
         PERFORM @extschema@.advlock_edition_check_target('advlock_unlock', ns, id IS NULL);
     END IF;
-    IF @extschema@.advlock_edition_mode('advlock_unlock', mode) THEN
-        RETURN pg_advisory_unlock_shared(@extschema@.advlock_key(ns, id));
-    END IF;
-    RETURN pg_advisory_unlock(@extschema@.advlock_key(ns, id));
+    RETURN @extschema@.advlock_edition_release('advlock_unlock', @extschema@.advlock_key(ns, id),
+                                               @extschema@.advlock_edition_mode('advlock_unlock', mode),
+                                               @extschema@.advlock_edition_describe(@extschema@.advlock_key(ns, id), ns, id, NULL));
 END
 $fn$;
 
@@ -427,9 +467,8 @@ BEGIN
     IF ns IS NULL OR ns = '' OR id IS NULL THEN
         PERFORM @extschema@.advlock_edition_check_target('advlock_unlock', ns, id IS NULL);
     END IF;
-    IF @extschema@.advlock_edition_mode('advlock_unlock', mode) THEN
-        RETURN pg_advisory_unlock_shared(@extschema@.advlock_key(ns, id));
-    END IF;
-    RETURN pg_advisory_unlock(@extschema@.advlock_key(ns, id));
+    RETURN @extschema@.advlock_edition_release('advlock_unlock', @extschema@.advlock_key(ns, id),
+                                               @extschema@.advlock_edition_mode('advlock_unlock', mode),
+                                               @extschema@.advlock_edition_describe(@extschema@.advlock_key(ns, id), ns, NULL, id));
 END
 $fn$;

@@ -27,6 +27,10 @@ COMMENT ON FUNCTION @extschema@.advlock_edition_mode(pg_catalog.text, pg_catalog
   'advlock SQL edition (internal): checks a mode argument; true for shared';
 COMMENT ON FUNCTION @extschema@.advlock_edition_raise_timeout(pg_catalog.int8, pg_catalog.text, pg_catalog.int4, pg_catalog.text, pg_catalog.timestamptz) IS
   'advlock SQL edition (internal): advlock_lock_with_timeout''s 55P03 error, naming the holders';
+COMMENT ON FUNCTION @extschema@.advlock_edition_release_quietly(pg_catalog.int8, pg_catalog.bool) IS
+  'advlock SQL edition (internal): pg_advisory_unlock or pg_advisory_unlock_shared with the built-in''s WARNING kept from the client';
+COMMENT ON FUNCTION @extschema@.advlock_edition_release(pg_catalog.text, pg_catalog.int8, pg_catalog.bool, pg_catalog.text) IS
+  'advlock SQL edition (internal): one session hold released, or false with a WARNING naming the key and what this session holds of it instead';
 COMMENT ON FUNCTION @extschema@.advlock_edition_describe(pg_catalog.int8, pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
   'advlock SQL edition (internal): "key N = advlock_key(ns, id)" for messages';
 COMMENT ON FUNCTION @extschema@.advlock_edition_check_timeout(pg_catalog.text, pg_catalog.int4) IS

@@ -236,7 +236,7 @@ END
 $fn$;
 
 -- unlock_all: one session hold of each distinct key released; true when every one was held,
--- the built-in's WARNING for each that was not.
+-- a WARNING naming each that was not.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_unlock_all(keys pg_catalog.int8[], mode pg_catalog.text)
 RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE
@@ -249,7 +249,7 @@ DECLARE
     k bigint;
 BEGIN
     FOR k IN SELECT DISTINCT v FROM unnest(keys) v ORDER BY v LOOP
-        released := CASE WHEN shared THEN pg_advisory_unlock_shared(k) ELSE pg_advisory_unlock(k) END;
+        released := @extschema@.advlock_edition_release('advlock_unlock_all', k, shared, 'key ' || k);
         every := every AND released;
     END LOOP;
     RETURN every;

@@ -44,7 +44,7 @@ mod tests {
         assert!(one_bool(
             "SELECT advlock_try_with_timeout('t-session', 'nightly', 0, 'session')"
         ));
-        // Two holds, two releases; the third finds nothing (with the built-in's WARNING).
+        // Two holds, two releases; the third finds nothing (with a WARNING naming the key).
         assert!(one_bool("SELECT advlock_unlock('t-session', 'nightly')"));
         assert_eq!(
             my_locks(one_i64("SELECT advlock_key('t-session', 'nightly')")),

@@ -19,8 +19,21 @@ SELECT count(*) AS advisory_locks FROM pg_locks WHERE locktype = 'advisory';
 SELECT advlock_try_with_timeout('rollup', 'nightly', 0, scope => 'session');
 SELECT advlock_unlock('rollup', 'nightly');
 SELECT advlock_unlock('rollup', 'nightly');
--- Unlocking what is not held returns false with the built-in's WARNING:
+-- Unlocking what is not held returns false with a WARNING that names the key and says what
+-- this session holds of it instead (the built-in says "you don't own a lock of type ..."):
 SELECT advlock_unlock('rollup', 'nightly');
+-- held, but in transaction scope (the default), which advlock_unlock cannot release:
+BEGIN;
+SELECT advlock_try_with_timeout('rollup', 'nightly', 0);
+SELECT advlock_unlock('rollup', 'nightly');
+SELECT advlock_holding('rollup', 'nightly') AS still_held;
+COMMIT;
+-- held, but in the other mode:
+SELECT advlock_try_with_timeout('rollup', 'nightly', 0, scope => 'session', mode => 'shared');
+SELECT advlock_unlock('rollup', 'nightly');
+SELECT advlock_unlock('rollup', 'nightly', mode => 'shared');
+-- pg_advisory_unlock keeps the built-in's own WARNING:
+SELECT pg_advisory_unlock(advlock_key('rollup', 'nightly'));
 
 -- Shared locks are compatible with each other:
 SELECT advlock_try_with_timeout(7, 0, scope => 'session', mode => 'shared');

@@ -38,7 +38,7 @@ SELECT advlock_unlock_all(ARRAY[5, 6]);
 SELECT advlock_holding(5) AS still_held_once;
 SELECT advlock_unlock(5);
 
--- advlock_unlock_all releases what is held and says false, with the built-in's WARNING for
+-- advlock_unlock_all releases what is held and says false, with a WARNING naming
 -- each key that was not:
 SELECT advlock_try_with_timeout(20, 0, scope => 'session');
 SELECT advlock_unlock_all(ARRAY[20, 21]);
