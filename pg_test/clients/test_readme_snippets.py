@@ -252,3 +252,23 @@ def test_metrics_example_runs_as_written(admin, tmp_path):
     lines = [line for line in run_psql_block("SELECT advlock_leak_count();          -- 0", tmp_path) if line]
     assert "(unknown)|0|0|0|0|f" in lines or "(unknown)|0|0|0|0|t" in lines, lines
     assert lines[-1] == "0", lines
+
+
+def test_forgotten_timeout_from_asyncpg_is_the_documented_client_error():
+    """README, "Leaving out timeout_ms": what asyncpg shows for the forgotten argument, quoted
+    there word for word, is what asyncpg raises (before the call reaches the server)."""
+    import asyncpg
+
+    async def main():
+        conn = await pgsupport.apg("advlock-test/readme-missing-timeout")
+        try:
+            with pytest.raises(asyncpg.exceptions.DataError) as e:
+                await conn.fetchval("SELECT advlock_try_with_timeout($1, $2)", "account", 42)
+            return str(e.value)
+        finally:
+            await conn.close()
+
+    message = asyncio.run(main())
+    assert message == "invalid input for query argument $1: 'account' ('str' object cannot be interpreted as an integer)"
+    readme = " ".join(README.read_text().split())
+    assert f"`DataError: {message}`" in readme

@@ -8,6 +8,8 @@
 SELECT advlock_try_with_timeout('account', 42);
 SELECT advlock_try_with_timeout('billing', 'invoice-17');
 SELECT advlock_lock_with_timeout('account', 42);
+-- An untyped NULL as timeout_ms resolves the same way (key bigint, timeout_ms, scope):
+SELECT advlock_try_with_timeout('account', 42, NULL);
 -- With timeout_ms (0 = try without waiting), every form works:
 BEGIN;
 SELECT advlock_try_with_timeout('account', 42, 0), advlock_try_with_timeout('billing', 'invoice-17', 0),
