@@ -175,7 +175,8 @@ pub fn release_session(function: &str, target: &Target, mode: Mode) -> bool {
         )
     } else {
         (
-            "This session holds no lock on that key: it never took it, or already released it.".to_string(),
+            "This session holds no lock on that key: it never took it, or already released it."
+                .to_string(),
             "advlock_holders shows who holds the key.".to_string(),
         )
     };

@@ -10,6 +10,16 @@ pub enum Scope {
     Session,
 }
 
+impl Scope {
+    /// "xact" / "session": the one spelling of a scope, as arguments take it and views show it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Scope::Xact => "xact",
+            Scope::Session => "session",
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mode {
     Exclusive,

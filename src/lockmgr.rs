@@ -7,10 +7,10 @@
 //! (SET_LOCKTAG_INT64: field4 = 1), so advlock and the built-ins see each other's locks.
 use crate::lock_mode::{Mode, Scope};
 use core::ffi::CStr;
+use pgrx::pg_guard;
 use pgrx::pg_sys;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::pg_sys::panic::CaughtError;
-use pgrx::pg_guard;
 use pgrx::PgTryBuilder;
 use std::cell::Cell;
 

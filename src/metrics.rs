@@ -83,7 +83,7 @@ struct Row {
     waiters: i32,
     oldest_wait: Option<pg_sys::TimestampTz>,
     oldest_hold: Option<pg_sys::TimestampTz>,
-    counters: Option<stats::NamespaceCounters>,
+    counters: Option<stats::Counters>,
 }
 
 fn earliest(a: Option<pg_sys::TimestampTz>, b: pg_sys::TimestampTz) -> Option<pg_sys::TimestampTz> {
@@ -142,9 +142,8 @@ fn advlock_metrics() -> TableIterator<
 
     let mut rows: BTreeMap<Option<Vec<u8>>, Row> = BTreeMap::new();
     rows.entry(None).or_default();
-    for c in counters.into_iter().flatten() {
-        let ns = c.ns.clone();
-        rows.entry(ns).or_default().counters = Some(c);
+    for row in counters.into_iter().flatten() {
+        rows.entry(row.ns).or_default().counters = Some(row.counters);
     }
     let shared_mode = pg_sys::ShareLock as pg_sys::LOCKMODE;
     for e in &entries {

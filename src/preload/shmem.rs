@@ -3,6 +3,12 @@
 //! installs `shmem_request_hook` (reserve each segment's space and one LWLock) and
 //! `shmem_startup_hook` (create or attach each segment). This module knows the segments only
 //! by their `Segment` description; it calls no feature by name.
+//!
+//! Not pgrx's `pg_shmem_init!`: it reserves statics whose size is fixed at compile time
+//! (`PgLwLock<T>` of heapless collections), while advlock's tables are sized by settings read
+//! when shared memory is requested (`advlock.max_labels`, `advlock.max_namespaces`,
+//! `advlock.max_leases`), and its features share one LWLock tranche (`TRANCHE`). So the hooks
+//! are installed by hand, as pg_stat_statements does.
 use crate::errors::Report;
 use pgrx::pg_sys;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
@@ -12,6 +18,7 @@ use pgrx::prelude::*;
 /// lease table (leases).
 pub const TRANCHE: &core::ffi::CStr = c"advlock";
 const TRANCHE_LOCKS: i32 = 2;
+pub const STATS_LOCK: usize = 0;
 pub const LEASES_LOCK: usize = 1;
 
 /// One of the tranche's LWLocks.

@@ -24,7 +24,7 @@ mod holds;
 mod table;
 
 use crate::backend;
-use crate::lock_mode::Mode;
+use crate::lock_mode::{Mode, Scope};
 use crate::server_text::ServerTextOut;
 use core::sync::atomic::Ordering;
 pub use holds::{acquired, label_text, released_session, token_issued};
@@ -89,9 +89,9 @@ impl LabelVisibility {
 
 fn scope_word(flags: u32) -> &'static str {
     if flags & FLAG_SESSION != 0 {
-        "session"
+        Scope::Session.word()
     } else {
-        "xact"
+        Scope::Xact.word()
     }
 }
 
