@@ -216,3 +216,35 @@ def test_filling_the_lock_table_raises_both_alert_conditions(exporter, two_dsn_e
     assert rows[DATABASE][1] == adv0, rows
     assert sum(e for e, _, _ in rows.values()) < full_at * capacity, rows
     promtool_eval(s, f"127.0.0.1:{exporter.port}", [(advisory_expr, None), (full_expr, None)], "released")
+
+
+def test_the_view_still_answers_when_the_table_is_full(admin):
+    """docs/lock-table.md, "When it is full": one session takes session locks until 53200; from
+    a session opened before, advlock_lock_table still answers (its names come from the catalog
+    cache, it locks no catalog), counting more entries than the capacity (the table grows into
+    spare shared memory before it fails). Everything is released with the filling session."""
+    watcher = psycopg.connect(host=HOST, port=PORT, dbname=DATABASE, user="postgres",
+                              application_name="lock-table-watcher", autocommit=True)
+    filler = psycopg.connect(host=HOST, port=PORT, dbname=DATABASE, user="postgres",
+                             application_name="lock-table-full", autocommit=True)
+    try:
+        before = watcher.execute("SELECT advisory_entries, capacity FROM advlock_lock_table "
+                                 "WHERE datname = current_database()").fetchone()
+        # One statement that takes session locks until the table refuses: the error ends it,
+        # the session locks it took stay (a session lock survives its statement's error).
+        with pytest.raises(psycopg.errors.OutOfMemory):
+            filler.execute("SELECT count(pg_advisory_lock(-8, g)) FROM generate_series(1, %s::int) g",
+                           (before[1] * 4,))
+        taken = filler.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                               "AND pid = pg_backend_pid()").fetchone()[0]
+        assert taken > 0
+        advisory, capacity = watcher.execute("SELECT advisory_entries, capacity FROM advlock_lock_table "
+                                             "WHERE datname = current_database()").fetchone()
+        assert advisory == before[0] + taken, (advisory, before, taken)
+        assert advisory > capacity, (advisory, capacity)
+    finally:
+        filler.close()
+        watcher.close()
+    wait_until(lambda: admin.execute("SELECT advisory_entries FROM advlock_lock_table "
+                                     "WHERE datname = current_database()").fetchone()[0] <= before[0],
+               HANG, POLL, "the filling session's locks to go")
