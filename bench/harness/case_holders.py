@@ -466,6 +466,7 @@ The classic queries:
             mmd, mt = _render_mode(res["modes"][mode], mode, ctx)
             md.append(mmd)
             targets += mt
+    md.append(_modes_md(res))
     for mode in res["order"]:
         if res["modes"].get(mode, {}).get("perf") or (mode == PRE and res["modes"].get(mode, {}).get("plans")):
             md.append(profile_md(res["modes"][mode], mode))
@@ -475,6 +476,34 @@ The classic queries:
             md.append(mon_md)
             targets += mon_targets
     return "\n".join(md), targets
+
+
+def _modes_md(res: dict) -> str:
+    """The same queries on both instances: what preloading (labels recorded for every lock) adds."""
+    if not all(mode in res["modes"] for mode in (NOT, PRE)):
+        return ""
+    a, b = res["modes"][NOT], res["modes"][PRE]
+    levels = [n for n in a["levels"] if n in b["levels"]]
+    rows = []
+    for q in (V, VCOUNT, VWAIT, IDLE1, FEED, FEED_OLD, FLOOR, C, CCOUNT):
+        if q not in a["queries"] or q not in b["queries"]:
+            continue
+        cells = []
+        for n in levels:
+            x, y = median(a["cpu_ms"][str(n)][q]), median(b["cpu_ms"][str(n)][q])
+            cells.append(f"{x:.1f} → {y:.1f} ({fmt_ratio(y / x)})")
+        rows.append([q] + cells)
+    table = md_table(["query"] + [f"{n:,}: {NOT} → {PRE} ms" for n in levels], rows)
+    return f"""### Preloaded vs not
+
+The same queries on the two instances (backend CPU medians; each instance measured in its own rotated loop, so
+cross-instance ratios carry more noise than the ratios within one loop). Preloaded, `advlock_holder_entries()`
+also looks up the recorded label, scope, hold start and token of every lock row, whether or not the query reads
+those columns. The classic queries show the machine's drift between the two loops; the floor also prints the
+label column, filled only when preloaded.
+
+{table}
+"""
 
 
 def _render_mode(m: dict, mode: str, ctx: Ctx) -> tuple[str, list[dict]]:
