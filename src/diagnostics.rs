@@ -144,7 +144,12 @@ fn advlock_holder_entries(
         }
     };
     let mut blocked_by = blockers(&entries);
-    let recorded = labels::recorded_by_lock();
+    // Only granted int8 locks can carry a label or token: no lookup table without any.
+    let mut recorded = entries
+        .iter()
+        .any(|e| e.granted && matches!(e.key, AdvisoryKey::Int8(_)))
+        .then(labels::recorded_locks)
+        .flatten();
     let rows: Vec<_> = entries
         .iter()
         .enumerate()
@@ -154,9 +159,20 @@ fn advlock_holder_entries(
                 AdvisoryKey::Int4Pair(a, b) => (None, Some(a), Some(b)),
             };
             let mode = lockmgr::mode_name(e.mode);
-            let mine = match (&recorded, e.granted, key) {
-                (Some(map), true, Some(k)) => map.get(&(e.pid, k, mode == Mode::Shared.word())),
+            let mine = match (&mut recorded, e.granted, key) {
+                (Some(recorded), true, Some(k)) => {
+                    recorded.get(e.pid, k, mode == Mode::Shared.word())
+                }
                 _ => None,
+            };
+            let (label, scope, held_since, token) = match mine {
+                Some(r) => (
+                    r.label.map(ServerTextOut),
+                    Some(r.scope),
+                    backend::timestamptz(r.since),
+                    (r.token != 0).then_some(r.token),
+                ),
+                None => (None, None, None, None),
             };
             (
                 key,
@@ -167,10 +183,10 @@ fn advlock_holder_entries(
                 (e.pid != 0).then_some(e.pid),
                 waiting_since(e),
                 blocked_by.remove(&index),
-                mine.and_then(|r| r.label.clone().map(ServerTextOut)),
-                mine.map(|r| r.scope),
-                mine.and_then(|r| backend::timestamptz(r.since)),
-                mine.and_then(|r| (r.token != 0).then_some(r.token)),
+                label,
+                scope,
+                held_since,
+                token,
             )
         })
         .collect();

@@ -46,11 +46,15 @@ pub fn usage() -> Option<(i64, i64, i64)> {
 /// The recorded entries of the current database whose backend is still alive: the one walk over
 /// the label slots behind every reader below. Stale entries of a vanished backend are skipped
 /// (readers match entries against the lock table anyway).
-fn live_in_my_database(table: &Table) -> impl Iterator<Item = Snapshot> + '_ {
+/// `part`: how much of each label to copy.
+fn live_in_my_database(
+    table: &Table,
+    part: LabelPart,
+) -> impl Iterator<Item = (usize, Snapshot)> + '_ {
     let database = backend::database();
     (0..table.slots.len())
-        .filter_map(|index| table.read(index))
-        .filter(move |s| s.database == database && backend::backend_alive(s.procno, s.pid))
+        .filter_map(move |index| table.read_part(index, part).map(|s| (index, s)))
+        .filter(move |(_, s)| s.database == database && backend::backend_alive(s.procno, s.pid))
 }
 
 /// Whether the caller may see the label of an entry taken by `role`: pg_read_all_stats, or the
@@ -115,8 +119,8 @@ fn advlock_labels() -> TableIterator<
         return TableIterator::empty();
     };
     let mut visibility = LabelVisibility::new();
-    let rows: Vec<_> = live_in_my_database(&table)
-        .map(|s| {
+    let rows: Vec<_> = live_in_my_database(&table, LabelPart::Whole)
+        .map(|(_, s)| {
             let visible = visibility.may_see(s.role);
             (
                 s.pid,
@@ -142,24 +146,49 @@ pub struct Recorded {
     pub token: i64,
 }
 
-/// The recorded entries of the current database by (pid, key, shared), or None without
-/// preload or when nothing is recorded: `advlock_holders` looks each granted lock up in it.
-pub fn recorded_by_lock() -> Option<HashMap<(i32, i64, bool), Recorded>> {
+/// The recorded entries of the current database, found by (pid, key, shared): `advlock_holders`
+/// looks each granted lock up here. Built from the entries' identities alone; a label is copied
+/// only for a lock that is looked up.
+pub struct RecordedLocks {
+    table: Table,
+    slot_of: HashMap<(i32, i64, bool), usize>,
+    visibility: LabelVisibility,
+}
+
+/// None without preload, or when nothing is recorded in this database.
+pub fn recorded_locks() -> Option<RecordedLocks> {
     let table = table()?;
-    let mut visibility = LabelVisibility::new();
-    let map: HashMap<_, _> = live_in_my_database(&table)
-        .map(|s| {
-            let visible = visibility.may_see(s.role);
-            let recorded = Recorded {
-                label: (visible && !s.label.is_empty()).then_some(s.label),
-                scope: scope_word(s.flags),
-                since: s.since,
-                token: s.token,
-            };
-            ((s.pid, s.key, s.flags & FLAG_SHARED != 0), recorded)
-        })
+    let slot_of: HashMap<_, _> = live_in_my_database(&table, LabelPart::Nothing)
+        .map(|(index, s)| ((s.pid, s.key, s.flags & FLAG_SHARED != 0), index))
         .collect();
-    (!map.is_empty()).then_some(map)
+    if slot_of.is_empty() {
+        return None;
+    }
+    Some(RecordedLocks {
+        table,
+        slot_of,
+        visibility: LabelVisibility::new(),
+    })
+}
+
+impl RecordedLocks {
+    /// What was recorded for this backend's hold of `key` in this mode, read afresh from its
+    /// slot: None when nothing was, or when the slot has been reused since the lookup table was
+    /// built (a stale entry matches nothing).
+    pub fn get(&mut self, pid: i32, key: i64, shared: bool) -> Option<Recorded> {
+        let &index = self.slot_of.get(&(pid, key, shared))?;
+        let s = self.table.read(index)?;
+        if s.pid != pid || s.key != key || (s.flags & FLAG_SHARED != 0) != shared {
+            return None;
+        }
+        let visible = self.visibility.may_see(s.role);
+        Some(Recorded {
+            scope: scope_word(s.flags),
+            since: s.since,
+            token: s.token,
+            label: (visible && !s.label.is_empty()).then_some(s.label),
+        })
+    }
 }
 
 /// One recorded hold, for `advlock_metrics`: whose, which lock, its namespace, since when.
@@ -177,12 +206,12 @@ pub struct RecordedHold {
 pub fn recorded_holds() -> Option<Vec<RecordedHold>> {
     let table = table()?;
     Some(
-        live_in_my_database(&table)
-            .map(|s| RecordedHold {
+        live_in_my_database(&table, LabelPart::Namespace)
+            .map(|(_, s)| RecordedHold {
                 pid: s.pid,
                 key: s.key,
                 shared: s.flags & FLAG_SHARED != 0,
-                ns: s.label[..s.ns_len].to_vec(),
+                ns: s.label,
                 since: s.since,
             })
             .collect(),
@@ -207,9 +236,9 @@ fn advlock_tokens() -> TableIterator<
     let Some(table) = table() else {
         return TableIterator::empty();
     };
-    let rows: Vec<_> = live_in_my_database(&table)
-        .filter(|s| s.token != 0)
-        .map(|s| {
+    let rows: Vec<_> = live_in_my_database(&table, LabelPart::Nothing)
+        .filter(|(_, s)| s.token != 0)
+        .map(|(_, s)| {
             let mode = Mode::of_shared(s.flags & FLAG_SHARED != 0).word();
             (s.pid, s.key, mode, s.token)
         })

@@ -107,6 +107,15 @@ pub(super) fn table() -> Option<Table> {
     }
 }
 
+/// How much of the label `Table::read_part` copies.
+#[derive(Clone, Copy)]
+pub(super) enum LabelPart {
+    Nothing,
+    /// The bytes before the ':' (`ns_len`).
+    Namespace,
+    Whole,
+}
+
 /// A consistent copy of one slot.
 pub(super) struct Snapshot {
     pub(super) seq: u32,
@@ -118,7 +127,7 @@ pub(super) struct Snapshot {
     pub(super) role: u32,
     pub(super) flags: u32,
     pub(super) token: i64,
-    pub(super) ns_len: usize,
+    /// The part of the label the read asked for (`LabelPart`).
     pub(super) label: Vec<u8>,
 }
 
@@ -233,8 +242,14 @@ impl Table {
         self.push_free(index);
     }
 
-    /// Seqlock read; None when free or when the owner kept changing it.
+    /// Seqlock read of the whole slot; None when free or when the owner kept changing it.
     pub(super) fn read(&self, index: usize) -> Option<Snapshot> {
+        self.read_part(index, LabelPart::Whole)
+    }
+
+    /// Seqlock read copying only `part` of the label (readers that match entries by identity
+    /// first copy no label at all).
+    pub(super) fn read_part(&self, index: usize, part: LabelPart) -> Option<Snapshot> {
         let slot = &self.slots[index];
         for _ in 0..8 {
             let seq = slot.seq.load(Ordering::Acquire);
@@ -251,6 +266,12 @@ impl Table {
                 continue;
             }
             let len = (slot.len.load(Ordering::Relaxed) as usize).min(LABEL_BYTES);
+            let ns_len = (slot.ns_len.load(Ordering::Relaxed) as usize).min(len);
+            let copied = match part {
+                LabelPart::Nothing => 0,
+                LabelPart::Namespace => ns_len,
+                LabelPart::Whole => len,
+            };
             let snapshot = Snapshot {
                 seq,
                 pid,
@@ -261,8 +282,7 @@ impl Table {
                 role: slot.role.load(Ordering::Relaxed),
                 flags: slot.flags.load(Ordering::Relaxed),
                 token: slot.token.load(Ordering::Relaxed),
-                ns_len: (slot.ns_len.load(Ordering::Relaxed) as usize).min(len),
-                label: slot.label[..len]
+                label: slot.label[..copied]
                     .iter()
                     .map(|b| b.load(Ordering::Relaxed))
                     .collect(),
