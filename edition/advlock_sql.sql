@@ -820,25 +820,16 @@ BEGIN
 ALTER FUNCTION @extschema@.advlock_labels() ROWS 10;
 ALTER FUNCTION @extschema@.advlock_tokens() ROWS 10;
 
--- The rows of advlock_holders, written once for the view and for advlock_idle_holders: the lock
--- rows from advlock_holder_entries(pids) (one snapshot of the lock table, blocked_by and the
--- recorded labels computed in Rust), each joined to its backend in pg_stat_activity (a second,
--- separate snapshot: the activity columns may be a moment apart). A SQL function the planner
--- inlines (LANGUAGE sql, STABLE, no SET): a query that reads few columns computes only those,
--- and one that reads no backend column (count(*), WHERE NOT granted) does not join at all,
--- since DISTINCT ON (pid) proves the join cannot duplicate a row.
--- older_than decides is_idle_holder (NULL: advlock.idle_threshold).
-CREATE OR REPLACE FUNCTION @extschema@.advlock_holder_rows(pids pg_catalog.int4[], older_than pg_catalog.interval)
-RETURNS TABLE(key pg_catalog.int8, key1 pg_catalog.int4, key2 pg_catalog.int4, mode pg_catalog.text,
-              granted pg_catalog.bool, pid pg_catalog.int4, application_name pg_catalog.text,
-              usename pg_catalog.text, client_addr pg_catalog.inet, backend_state pg_catalog.text,
-              state_change pg_catalog.timestamptz, xact_start pg_catalog.timestamptz,
-              query_start pg_catalog.timestamptz, query pg_catalog.text, idle_for pg_catalog.interval,
-              is_idle_holder pg_catalog.bool, waiting_since pg_catalog.timestamptz,
-              blocked_by pg_catalog.int4[], label pg_catalog.text, scope pg_catalog.text,
-              held_since pg_catalog.timestamptz, token pg_catalog.int8)
-LANGUAGE sql STABLE PARALLEL RESTRICTED
-BEGIN ATOMIC
+-- One row per advisory lock entry in the current database, holders and waiters alike, with the
+-- backend behind it: the lock rows from advlock_holder_entries() (one snapshot of the lock
+-- table; blocked_by and the recorded labels computed there, in Rust), each joined to its
+-- backend in pg_stat_activity (a second, separate snapshot: the activity columns may be a moment
+-- apart). The planner computes only the columns a query reads, and a query that reads no backend
+-- column (count(*), WHERE NOT granted, WHERE key = ...) does not join at all: DISTINCT ON (pid)
+-- proves the join cannot duplicate a row. (A plain view, not a view over a SQL function: the
+-- planner inlines a function body by re-checking every column of its joins, which costs more
+-- than the whole query at a thousand locks.)
+CREATE OR REPLACE VIEW @extschema@.advlock_holders AS
 SELECT
     l.key,                          -- int8 keys (pg_advisory_*(bigint), advlock); NULL otherwise
     l.key1,                         -- pg_advisory_*(int4, int4) keys; NULL otherwise
@@ -847,23 +838,24 @@ SELECT
     l.granted,
     l.pid,
     a.application_name,
-    a.usename::pg_catalog.text,
+    -- A role name, compared as pg_stat_activity.usename is (collation "C").
+    a.usename::pg_catalog.text COLLATE pg_catalog."C"                                   AS usename,
     a.client_addr,
-    a.state,
+    a.state                                                                             AS backend_state,
     a.state_change,
     a.xact_start,
     a.query_start,
     a.query,
     a.idle_for,
     -- The leak signal: granted, outside any transaction (so necessarily a session lock),
-    -- idle for at least the threshold. NULL (unknown), not false, for a holder whose
+    -- idle for at least advlock.idle_threshold. NULL (unknown), not false, for a holder whose
     -- activity pg_stat_activity hides from the caller: a blind spot must not look healthy.
     CASE WHEN l.granted AND a.query OPERATOR(pg_catalog.=) '<insufficient privilege>' THEN NULL
          ELSE COALESCE(l.granted
                        AND a.state OPERATOR(pg_catalog.=) 'idle'
-                       AND a.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold(older_than)),
+                       AND a.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold()),
                        false)
-    END,
+    END                                                                                 AS is_idle_holder,
     l.waiting_since,
     l.blocked_by,
     -- Preloaded only (NULL otherwise): what advlock recorded when it granted this lock.
@@ -871,7 +863,7 @@ SELECT
     l.scope,
     l.held_since,
     l.token                         -- the fencing token of the latest advlock_try_with_token hold
-  FROM @extschema@.advlock_holder_entries(pids) l
+  FROM @extschema@.advlock_holder_entries() l
   -- idle_for is computed once per backend, so is_idle_holder and idle_for never disagree.
   LEFT JOIN (SELECT DISTINCT ON (s.pid)
                     s.pid, s.application_name, s.usename, s.client_addr, s.state, s.state_change,
@@ -881,18 +873,6 @@ SELECT
                FROM pg_catalog.pg_stat_activity s
               ORDER BY s.pid) a
          ON a.pid OPERATOR(pg_catalog.=) l.pid;
-END;
-
--- One row per advisory lock entry in the current database, holders and waiters alike, with
--- the backend behind it.
-CREATE OR REPLACE VIEW @extschema@.advlock_holders AS
-SELECT h.key, h.key1, h.key2, h.mode, h.granted, h.pid, h.application_name,
-       -- A role name, compared as pg_stat_activity.usename is (collation "C").
-       h.usename COLLATE pg_catalog."C" AS usename,
-       h.client_addr, h.backend_state, h.state_change, h.xact_start, h.query_start, h.query,
-       h.idle_for, h.is_idle_holder, h.waiting_since, h.blocked_by, h.label, h.scope,
-       h.held_since, h.token
-  FROM @extschema@.advlock_holder_rows(NULL, NULL) h;
 
 -- Like pg_locks and pg_stat_activity, readable by everyone; what each row shows is decided by
 -- pg_stat_activity's own rules for the caller (no SECURITY DEFINER).
@@ -901,14 +881,15 @@ GRANT SELECT ON @extschema@.advlock_holders TO PUBLIC;
 COMMENT ON VIEW @extschema@.advlock_holders IS
   'advlock: advisory locks in this database, holders and waiters, with their backends';
 
--- The backends advlock_idle_holders and advlock_terminate_idle_holders look at: those of this
--- database idle (outside any transaction) for at least older_than (NULL:
--- advlock.idle_threshold), from pg_stat_activity alone, so the lock table is read only for
--- them, and not at all when there are none. Validates older_than, and warns when
--- pg_stat_activity hides holders from the caller; `caller` names the function in messages.
--- plpgsql rather than SQL so the argument is validated even when no lock is held at all.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_idle_holder_pids(older_than pg_catalog.interval, caller pg_catalog.text)
-RETURNS pg_catalog.int4[]
+-- The idle-holder rows, most idle first: granted locks on backends of this database idle
+-- (outside any transaction) for at least older_than (NULL: advlock.idle_threshold), for
+-- advlock_idle_holders and advlock_terminate_idle_holders, whose name `caller` is in every
+-- message. pg_stat_activity first (one row per backend): the lock table is not read at all when
+-- no backend is idle long enough or hidden from the caller; is_idle_holder is true on every row
+-- (decided by older_than, not by the setting). plpgsql, so the argument is validated even when
+-- no lock is held at all, and the query is planned once per session.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_idle_holder_rows(older_than pg_catalog.interval, caller pg_catalog.text)
+RETURNS SETOF @extschema@.advlock_holders
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -916,6 +897,7 @@ DECLARE
     threshold interval;
     hidden_pids int4[];
     hidden int;
+    idle int4[];
 BEGIN
     IF older_than < interval '0' THEN
         RAISE EXCEPTION 'argument "older_than" of % must not be a negative interval', caller
@@ -927,6 +909,7 @@ BEGIN
       FROM pg_stat_activity a
      WHERE a.datname = current_database() AND a.query = '<insufficient privilege>';
     IF hidden_pids IS NOT NULL THEN
+        -- Only those backends' lock lists are read.
         SELECT count(DISTINCT e.pid) INTO hidden FROM @extschema@.advlock_holder_entries(hidden_pids) e;
         IF hidden > 0 THEN
             RAISE WARNING '% cannot see the activity of % backend(s) holding advisory locks', caller, hidden
@@ -934,28 +917,28 @@ BEGIN
                       HINT = format('Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO %s;', quote_ident(current_user));
         END IF;
     END IF;
-    RETURN COALESCE((SELECT array_agg(a.pid)
-                       FROM pg_stat_activity a
-                      WHERE a.datname = current_database()
-                        AND a.state = 'idle'
-                        AND clock_timestamp() - a.state_change >= threshold), '{}');
+    SELECT array_agg(a.pid) INTO idle
+      FROM pg_stat_activity a
+     WHERE a.datname = current_database()
+       AND a.state = 'idle'
+       AND clock_timestamp() - a.state_change >= threshold;
+    IF idle IS NULL THEN
+        RETURN;
+    END IF;
+    -- Rechecked against the rows' own activity: the same pg_stat_activity snapshot (one per
+    -- transaction).
+    RETURN QUERY
+        SELECT h.key, h.key1, h.key2, h.mode, h.granted, h.pid, h.application_name, h.usename,
+               h.client_addr, h.backend_state, h.state_change, h.xact_start, h.query_start, h.query,
+               h.idle_for, true, h.waiting_since, h.blocked_by, h.label, h.scope, h.held_since, h.token
+          FROM @extschema@.advlock_holders h
+         WHERE h.pid = ANY (idle)
+           AND h.granted
+           AND h.backend_state = 'idle'
+           AND h.idle_for >= threshold
+         ORDER BY h.idle_for DESC, h.pid, h.key;
 END
 $fn$;
-
--- The idle-holder rows, most idle first: granted locks of those backends, rechecked against the
--- rows' own activity (the same pg_stat_activity snapshot, one per transaction). A SQL function
--- the planner inlines into its callers.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_idle_holder_rows(older_than pg_catalog.interval, caller pg_catalog.text)
-RETURNS SETOF @extschema@.advlock_holders
-LANGUAGE sql STABLE PARALLEL RESTRICTED
-BEGIN ATOMIC
-    SELECT h.*
-      FROM @extschema@.advlock_holder_rows(@extschema@.advlock_idle_holder_pids(older_than, caller), older_than) h
-     WHERE h.granted
-       AND h.backend_state OPERATOR(pg_catalog.=) 'idle'
-       AND h.idle_for OPERATOR(pg_catalog.>=) (SELECT @extschema@.advlock_idle_threshold(older_than))
-     ORDER BY h.idle_for DESC, h.pid, h.key;
-END;
 
 -- The idle holders; is_idle_holder is true on every row (decided by older_than, not by the
 -- setting).
@@ -1855,13 +1838,9 @@ COMMENT ON FUNCTION @extschema@.advlock_idle_threshold(pg_catalog.interval) IS
 COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
   'advlock (internal, feeds the advlock_holders view; may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since)';
 COMMENT ON FUNCTION @extschema@.advlock_holder_entries(pg_catalog.int4[]) IS
-  'advlock (internal, feeds advlock_holder_rows; may change): the advisory locks of this database from one snapshot of the lock table, with blocked_by for waiters and, preloaded, the recorded label, scope, held_since and token; pids: only the granted locks of those backends';
-COMMENT ON FUNCTION @extschema@.advlock_holder_rows(pg_catalog.int4[], pg_catalog.interval) IS
-  'advlock (internal, the rows of advlock_holders and advlock_idle_holders; may change): advlock_holder_entries(pids) joined to pg_stat_activity, is_idle_holder decided by older_than';
-COMMENT ON FUNCTION @extschema@.advlock_idle_holder_pids(pg_catalog.interval, pg_catalog.text) IS
-  'advlock (internal, behind advlock_idle_holders and advlock_terminate_idle_holders; may change): the backends of this database idle for at least older_than; validates older_than and warns about hidden holders, naming caller';
+  'advlock (internal, feeds the advlock_holders view; may change): the advisory locks of this database from one snapshot of the lock table, with blocked_by for waiters and, preloaded, the recorded label, scope, held_since and token; pids: only the granted locks of those backends';
 COMMENT ON FUNCTION @extschema@.advlock_idle_holder_rows(pg_catalog.interval, pg_catalog.text) IS
-  'advlock (internal, behind advlock_idle_holders and advlock_terminate_idle_holders; may change): the idle-holder rows, most idle first, with messages naming caller';
+  'advlock (internal, behind advlock_idle_holders and advlock_terminate_idle_holders; may change): the idle-holder rows, most idle first; validates older_than and warns about hidden holders, naming caller';
 COMMENT ON FUNCTION @extschema@.advlock_labels() IS
   'advlock (internal, feeds advlock_holders.label, scope and held_since; may change): the labels (ns/id), scopes and hold times recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_tokens() IS

@@ -41,8 +41,7 @@ BEGIN
     EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS %s.advlock_idle_holder_rows(interval, text)', s);
     EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS %s.advlock_leak_count(interval)', s);
     EXECUTE pg_catalog.format('DROP VIEW %s.advlock_holders', s);
-    -- The view's rows, then their feed (SQL-standard bodies depend on what they call).
-    EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS %s.advlock_holder_rows(pg_catalog.int4[], interval)', s);
+    -- The view's feed (its SQL-standard body depends on advlock_lock_entries).
     EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS %s.advlock_holder_entries(pg_catalog.int4[])', s);
     EXECUTE pg_catalog.format('DROP VIEW IF EXISTS %s.advlock_metrics', s);
     -- Its SQL-standard body depends on advlock_idle_threshold and advlock_lock_entries.

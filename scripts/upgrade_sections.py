@@ -37,10 +37,10 @@ if version == "0.4.0":
                                  "advlock_holder_entries", "advlock_lock_table_entries"))
     leases = (repo / "sql/leases.sql").read_text()
     lock_table = (repo / "sql/lock_table.sql").read_text()
-    # advlock_holders from advlock_holder_rows on: the new functions created, the view and the
+    # advlock_holders from its view on: the new function created, the view and the
     # functions 0.3.0 already had replaced in place (keeping privileges, comments, dependants).
     holders = (repo / "sql/holders.sql").read_text()
-    holders = holders[holders.index("-- The rows of advlock_holders, written once"):]
+    holders = holders[holders.index("-- One row per advisory lock entry in the current database, holders and waiters alike"):]
     for name in ("VIEW @extschema@.advlock_holders AS", "FUNCTION @extschema@.advlock_idle_holders(",
                  "FUNCTION @extschema@.advlock_terminate_idle_holders("):
         assert "CREATE " + name in holders, name
@@ -52,7 +52,7 @@ if version == "0.4.0":
     script.write_text(header + begin + "\n".join(functions) + "\n" + procedures + "\n" + leases + "\n"
                       + holders + "\n" + lock_table + end + "\n" + comments)
     print(f"{script.relative_to(repo)}: {len(functions)} new functions, 2 procedures, sql/leases.sql, "
-          "sql/holders.sql from advlock_holder_rows on, sql/lock_table.sql, comments")
+          "sql/holders.sql from the view on, sql/lock_table.sql, comments")
     sys.exit(0)
 assert version == "0.3.0", f"unknown version {version}"
 script = repo / "sql/advlock--0.2.0--0.3.0.sql"

@@ -91,13 +91,9 @@ COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
 COMMENT ON FUNCTION @extschema@.advlock_lock_table_entries() IS
   'advlock (internal, feeds the advlock_lock_table view; may change): shared lock table entries per database (by name), advisory entries among them, and the table''s capacity';
 COMMENT ON FUNCTION @extschema@.advlock_holder_entries(pg_catalog.int4[]) IS
-  'advlock (internal, feeds advlock_holder_rows; may change): the advisory locks of this database from one snapshot of the lock table, with blocked_by for waiters and, preloaded, the recorded label, scope, held_since and token; pids: only the granted locks of those backends';
-COMMENT ON FUNCTION @extschema@.advlock_holder_rows(pg_catalog.int4[], pg_catalog.interval) IS
-  'advlock (internal, the rows of advlock_holders and advlock_idle_holders; may change): advlock_holder_entries(pids) joined to pg_stat_activity, is_idle_holder decided by older_than';
-COMMENT ON FUNCTION @extschema@.advlock_idle_holder_pids(pg_catalog.interval, pg_catalog.text) IS
-  'advlock (internal, behind advlock_idle_holders and advlock_terminate_idle_holders; may change): the backends of this database idle for at least older_than; validates older_than and warns about hidden holders, naming caller';
+  'advlock (internal, feeds the advlock_holders view; may change): the advisory locks of this database from one snapshot of the lock table, with blocked_by for waiters and, preloaded, the recorded label, scope, held_since and token; pids: only the granted locks of those backends';
 COMMENT ON FUNCTION @extschema@.advlock_idle_holder_rows(pg_catalog.interval, pg_catalog.text) IS
-  'advlock (internal, behind advlock_idle_holders and advlock_terminate_idle_holders; may change): the idle-holder rows, most idle first, with messages naming caller';
+  'advlock (internal, behind advlock_idle_holders and advlock_terminate_idle_holders; may change): the idle-holder rows, most idle first; validates older_than and warns about hidden holders, naming caller';
 COMMENT ON FUNCTION @extschema@.advlock_labels() IS
   'advlock (internal, feeds advlock_holders.label, scope and held_since; may change): the labels (ns/id), scopes and hold times recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_tokens() IS
