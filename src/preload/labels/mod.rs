@@ -2,7 +2,8 @@
 //! entry with the label `ns:id`, scope, acquiring backend and acquisition time, read by
 //! `advlock_labels()` and joined into `advlock_holders`.
 //!
-//! Layout: a fixed array of `advlock.max_labels` slots plus a lock-free free list (a Treiber
+//! Layout: a fixed array of `advlock.max_labels` slots, a bitmap of the published ones (what
+//! readers scan), and a lock-free free list (a Treiber
 //! stack whose head carries an ABA tag). Only the backend that claimed a slot writes it, under a
 //! per-slot sequence counter (a seqlock) that readers use to take consistent snapshots. Nothing
 //! here waits: claiming is a bounded CAS loop, and when no slot is free the lock is taken
@@ -52,7 +53,8 @@ fn live_in_my_database(
     part: LabelPart,
 ) -> impl Iterator<Item = (usize, Snapshot)> + '_ {
     let database = backend::database();
-    (0..table.slots.len())
+    table
+        .occupied_slots()
         .filter_map(move |index| table.read_part(index, part).map(|s| (index, s)))
         .filter(move |(_, s)| s.database == database && backend::backend_alive(s.procno, s.pid))
 }

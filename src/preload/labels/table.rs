@@ -51,6 +51,9 @@ pub(super) struct Slot {
 pub(super) struct Table {
     pub(super) header: &'static Header,
     pub(super) slots: &'static [Slot],
+    /// Bit i of word i / 64: slot i is (or is about to be, or just was) published. A hint for
+    /// readers, who still validate every slot they visit with its seqlock.
+    occupied: &'static [AtomicU64],
 }
 
 pub(super) static TABLE: AtomicPtr<Header> = AtomicPtr::new(core::ptr::null_mut());
@@ -61,9 +64,19 @@ pub const SEGMENT: shmem::Segment = shmem::Segment {
     attach: shmem_attach,
 };
 
+/// Words of the occupancy bitmap for `capacity` slots.
+fn bitmap_words(capacity: usize) -> usize {
+    capacity.div_ceil(64)
+}
+
+/// The header, the slots, then the occupancy bitmap (one bit per slot, set while it is
+/// published): readers scan the bitmap, a few bytes per 64 slots, instead of every slot, so
+/// reading costs what is recorded, not what `advlock.max_labels` allows.
 pub fn shmem_size() -> usize {
     let capacity = crate::gucs::MAX_LABELS.get().max(1) as usize;
-    size_of::<Header>() + capacity * size_of::<Slot>()
+    size_of::<Header>()
+        + capacity * size_of::<Slot>()
+        + bitmap_words(capacity) * size_of::<AtomicU64>()
 }
 
 /// # Safety
@@ -100,9 +113,12 @@ pub(super) fn table() -> Option<Table> {
     unsafe {
         let capacity = (*header).capacity as usize;
         let slots = header.cast::<u8>().add(size_of::<Header>()).cast::<Slot>();
+        // The bitmap follows the slots; size_of::<Slot>() is a multiple of its alignment (8).
+        let occupied = slots.add(capacity).cast::<AtomicU64>();
         Some(Table {
             header: &*header,
             slots: core::slice::from_raw_parts(slots, capacity),
+            occupied: core::slice::from_raw_parts(occupied, bitmap_words(capacity)),
         })
     }
 }
@@ -214,6 +230,32 @@ impl Table {
         }
         slot.pid.store(pid, Ordering::Relaxed);
         slot.seq.fetch_add(1, Ordering::Release);
+        self.mark(index as usize, true);
+    }
+
+    /// Sets (published) or clears (unpublished) slot `index`'s bit.
+    fn mark(&self, index: usize, published: bool) {
+        let bit = 1u64 << (index % 64);
+        let word = &self.occupied[index / 64];
+        if published {
+            word.fetch_or(bit, Ordering::Release);
+        } else {
+            word.fetch_and(!bit, Ordering::Release);
+        }
+    }
+
+    /// The slots whose bit is set, in index order: the only ones a reader needs to visit.
+    pub(super) fn occupied_slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.occupied.iter().enumerate().flat_map(|(w, word)| {
+            let mut bits = word.load(Ordering::Acquire);
+            core::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    w * 64 + b
+                })
+            })
+        })
     }
 
     pub(super) fn set_flags(&self, index: u32, flags: u32) {
@@ -239,6 +281,7 @@ impl Table {
         fence(Ordering::Release);
         slot.pid.store(0, Ordering::Relaxed);
         slot.seq.fetch_add(1, Ordering::Release);
+        self.mark(index as usize, false);
         self.push_free(index);
     }
 
@@ -299,8 +342,11 @@ impl Table {
     /// Claims each with a CAS on its sequence number so concurrent sweepers cannot both free it.
     pub(super) fn reclaim_dead(&self) -> usize {
         let mut reclaimed = 0;
-        for index in 0..self.slots.len() {
-            let Some(s) = self.read(index) else { continue };
+        let occupied: Vec<usize> = self.occupied_slots().collect();
+        for index in occupied {
+            let Some(s) = self.read_part(index, LabelPart::Nothing) else {
+                continue;
+            };
             if backend::backend_alive(s.procno, s.pid) {
                 continue;
             }
@@ -317,6 +363,7 @@ impl Table {
             {
                 slot.pid.store(0, Ordering::Relaxed);
                 slot.seq.fetch_add(1, Ordering::Release);
+                self.mark(index, false);
                 self.push_free(index as u32);
                 reclaimed += 1;
             }
@@ -325,7 +372,7 @@ impl Table {
     }
 
     pub(super) fn in_use(&self) -> i64 {
-        (0..self.slots.len())
+        self.occupied_slots()
             .filter(|&i| self.slots[i].pid.load(Ordering::Relaxed) != 0)
             .count() as i64
     }
