@@ -34,7 +34,7 @@ if version == "0.4.0":
     script = repo / "sql/advlock--0.3.0--0.4.0.sql"
     functions = function_blocks(("advlock_lease", "advlock_lease_renew", "advlock_lease_release",
                                  "advlock_lease_entries", "advlock_lease_stats",
-                                 "advlock_holder_entries", "advlock_lock_table_entries"))
+                                 "advlock_lock_table_entries"))
     leases = (repo / "sql/leases.sql").read_text()
     lock_table = (repo / "sql/lock_table.sql").read_text()
     # advlock_holders from its view on: the new function created, the view and the
@@ -47,11 +47,14 @@ if version == "0.4.0":
         holders = holders.replace("CREATE " + name, "CREATE OR REPLACE " + name, 1)
     procedures = next(b for b in blocks if "CREATE PROCEDURE @extschema@.advlock_wait_lock" in b)
     procedures = "".join(line for line in procedures.splitlines(True) if not re.match(r"-- src/", line))
+    # advlock_holder_entries: a hand-written C entry point, declared by extension_sql! too.
+    feed = next(b for b in blocks if "CREATE FUNCTION @extschema@.advlock_holder_entries" in b)
+    procedures += "\n" + "".join(line for line in feed.splitlines(True) if not re.match(r"-- src/", line))
     # The hand-written header, then the generated objects, then every comment.
     header = script.read_text().partition(begin)[0].partition("-- One-line descriptions for \\df+")[0]
     script.write_text(header + begin + "\n".join(functions) + "\n" + procedures + "\n" + leases + "\n"
                       + holders + "\n" + lock_table + end + "\n" + comments)
-    print(f"{script.relative_to(repo)}: {len(functions)} new functions, 2 procedures, sql/leases.sql, "
+    print(f"{script.relative_to(repo)}: {len(functions)} new functions, 2 procedures, advlock_holder_entries, sql/leases.sql, "
           "sql/holders.sql from the view on, sql/lock_table.sql, comments")
     sys.exit(0)
 assert version == "0.3.0", f"unknown version {version}"

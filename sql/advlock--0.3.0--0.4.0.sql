@@ -11,27 +11,6 @@
 -- The generated section is written by scripts/upgrade_sections.py 0.4.0.
 
 -- <generated: new objects>
--- advlock::diagnostics::advlock_holder_entries
-CREATE  FUNCTION "advlock_holder_entries"(
-	"pids" INT[] DEFAULT NULL /* :: std :: option :: Option < Vec < Option < i32 > > > */
-) RETURNS TABLE (
-	"key" bigint,  /* Option < i64 > */
-	"key1" INT,  /* Option < i32 > */
-	"key2" INT,  /* Option < i32 > */
-	"mode" TEXT,  /* & '_ str */
-	"granted" bool,  /* bool */
-	"pid" INT,  /* Option < i32 > */
-	"waiting_since" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"blocked_by" INT[],  /* :: std :: option :: Option < Vec < i32 > > */
-	"label" text,  /* Option < ServerTextOut > */
-	"scope" TEXT,  /* Option < & '_ str > */
-	"held_since" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"token" bigint  /* Option < i64 > */
-)
-VOLATILE PARALLEL RESTRICTED
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'advlock_holder_entries_wrapper';
-
 -- advlock::leases::advlock_lease
 CREATE  FUNCTION "advlock_lease"(
 	"key" bigint, /* Option < i64 > */
@@ -138,6 +117,15 @@ CREATE PROCEDURE @extschema@.advlock_wait_lock(
 CREATE PROCEDURE @extschema@.advlock_wait_lease(
     key bigint, ttl_ms integer, timeout_ms integer, slots integer DEFAULT 1, INOUT lease bigint DEFAULT NULL)
   LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_wait_lease';
+
+
+-- advlock_holders' feed (src/diagnostics.rs): a C function of the library, declared here.
+CREATE FUNCTION @extschema@.advlock_holder_entries(pids integer[] DEFAULT NULL)
+RETURNS TABLE(key bigint, key1 integer, key2 integer, mode text, granted boolean, pid integer,
+              waiting_since timestamp with time zone, blocked_by integer[], label text,
+              scope text, held_since timestamp with time zone, token bigint)
+VOLATILE PARALLEL RESTRICTED
+LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_holder_entries';
 
 -- advlock_leases: leases held and awaited in this database (src/leases.rs), from the shared
 -- lease table; empty without shared_preload_libraries. Same conventions as holders.sql:

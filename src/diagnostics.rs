@@ -110,30 +110,93 @@ fn advlock_lock_entries() -> TableIterator<
 /// snapshot, so a waiter is never shown blocked by nobody); for a granted lock, what advlock
 /// recorded when it granted it (preloaded only), looked up by hash.
 ///
-/// `pids`: when given, only the granted locks of these backends (`advlock_idle_holders`, which
-/// reads only the lock lists of the backends it found idle).
-#[pg_extern(volatile, parallel_restricted)]
-#[allow(clippy::type_complexity)]
-fn advlock_holder_entries(
-    pids: default!(Option<Vec<Option<i32>>>, "NULL"),
-) -> TableIterator<
-    'static,
-    (
-        name!(key, Option<i64>),
-        name!(key1, Option<i32>),
-        name!(key2, Option<i32>),
-        name!(mode, &'static str),
-        name!(granted, bool),
-        name!(pid, Option<i32>),
-        name!(waiting_since, Option<TimestampWithTimeZone>),
-        name!(blocked_by, Option<Vec<i32>>),
-        name!(label, Option<ServerTextOut>),
-        name!(scope, Option<&'static str>),
-        name!(held_since, Option<TimestampWithTimeZone>),
-        name!(token, Option<i64>),
-    ),
-> {
-    let entries = match &pids {
+/// `pids`: when given, only the granted locks of these backends (the hidden-holder count of
+/// `advlock_idle_holders`, which reads only those backends' lock lists).
+///
+/// A hand-written fmgr entry point in materialize mode (the rows go straight into the
+/// tuplestore the executor reads), not pgrx's value-per-call iterator, whose per-row call cost
+/// as much as building the row; declared by `extension_sql!` below.
+#[unsafe(no_mangle)]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn advlock_holder_entries(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: fcinfo is this call's; the SQL signature below is (pids int4[]).
+    let pids: Option<Vec<Option<i32>>> = unsafe { pgrx::pg_getarg(fcinfo, 0) };
+    let rows = holder_rows(pids.as_deref());
+    // SAFETY: called as a set-returning function in a FROM clause (the only way the SQL below
+    // allows), so resultinfo is a ReturnSetInfo; InitMaterializedSRF raises otherwise. It builds
+    // the tuplestore and the tuple descriptor from the declared result columns; each row's
+    // datums are built in the current (per-query) memory context and copied by
+    // tuplestore_putvalues.
+    unsafe {
+        pg_sys::InitMaterializedSRF(fcinfo, 0);
+        let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
+        let (store, desc) = ((*rsinfo).setResult, (*rsinfo).setDesc);
+        for row in rows {
+            let mut values = [pg_sys::Datum::from(0); 12];
+            let mut nulls = [true; 12];
+            let mut put = |i: usize, datum: Option<pg_sys::Datum>| {
+                if let Some(d) = datum {
+                    values[i] = d;
+                    nulls[i] = false;
+                }
+            };
+            put(0, row.key.into_datum());
+            put(1, row.key1.into_datum());
+            put(2, row.key2.into_datum());
+            put(3, row.mode.into_datum());
+            put(4, row.granted.into_datum());
+            put(5, row.pid.into_datum());
+            put(6, row.waiting_since.into_datum());
+            put(7, row.blocked_by.into_datum());
+            put(8, row.label.and_then(|l| l.into_datum()));
+            put(9, row.scope.into_datum());
+            put(10, row.held_since.into_datum());
+            put(11, row.token.into_datum());
+            pg_sys::tuplestore_putvalues(store, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+        }
+    }
+    pg_sys::Datum::from(0)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn pg_finfo_advlock_holder_entries() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+pgrx::extension_sql!(
+    r#"
+-- advlock_holders' feed (src/diagnostics.rs): a C function of the library, declared here.
+CREATE FUNCTION @extschema@.advlock_holder_entries(pids integer[] DEFAULT NULL)
+RETURNS TABLE(key bigint, key1 integer, key2 integer, mode text, granted boolean, pid integer,
+              waiting_since timestamp with time zone, blocked_by integer[], label text,
+              scope text, held_since timestamp with time zone, token bigint)
+VOLATILE PARALLEL RESTRICTED
+LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_holder_entries';
+"#,
+    name = "holder_entries",
+);
+
+/// One row of `advlock_holder_entries`.
+struct HolderRow {
+    key: Option<i64>,
+    key1: Option<i32>,
+    key2: Option<i32>,
+    mode: &'static str,
+    granted: bool,
+    pid: Option<i32>,
+    waiting_since: Option<TimestampWithTimeZone>,
+    blocked_by: Option<Vec<i32>>,
+    label: Option<ServerTextOut>,
+    scope: Option<&'static str>,
+    held_since: Option<TimestampWithTimeZone>,
+    token: Option<i64>,
+}
+
+fn holder_rows(pids: Option<&[Option<i32>]>) -> Vec<HolderRow> {
+    let entries = match pids {
         None => lockmgr::advisory_entries_in_my_database(),
         Some(pids) => {
             let only: HashSet<i32> = pids.iter().flatten().copied().collect();
@@ -150,7 +213,7 @@ fn advlock_holder_entries(
         .any(|e| e.granted && matches!(e.key, AdvisoryKey::Int8(_)))
         .then(labels::recorded_locks)
         .flatten();
-    let rows: Vec<_> = entries
+    entries
         .iter()
         .enumerate()
         .map(|(index, e)| {
@@ -174,23 +237,22 @@ fn advlock_holder_entries(
                 ),
                 None => (None, None, None, None),
             };
-            (
+            HolderRow {
                 key,
                 key1,
                 key2,
                 mode,
-                e.granted,
-                (e.pid != 0).then_some(e.pid),
-                waiting_since(e),
-                blocked_by.remove(&index),
+                granted: e.granted,
+                pid: (e.pid != 0).then_some(e.pid),
+                waiting_since: waiting_since(e),
+                blocked_by: blocked_by.remove(&index),
                 label,
                 scope,
                 held_since,
                 token,
-            )
+            }
         })
-        .collect();
-    TableIterator::new(rows)
+        .collect()
 }
 
 fn waiting_since(e: &AdvisoryEntry) -> Option<TimestampWithTimeZone> {
@@ -254,7 +316,7 @@ pgrx::extension_sql_file!(
     requires = [
         advlock_idle_threshold,
         advlock_lock_entries,
-        advlock_holder_entries,
+        "holder_entries",
         labels::advlock_labels,
         labels::advlock_tokens
     ]
