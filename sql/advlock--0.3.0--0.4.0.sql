@@ -218,7 +218,8 @@ COMMENT ON VIEW @extschema@.advlock_holders IS
 -- no backend is idle long enough or hidden from the caller; is_idle_holder is true on every row
 -- (decided by older_than, not by the setting). plpgsql, so the argument is validated even when
 -- no lock is held at all, and the query is planned once per session.
-CREATE FUNCTION @extschema@.advlock_idle_holder_rows(older_than pg_catalog.interval, caller pg_catalog.text)
+CREATE FUNCTION @extschema@.advlock_idle_holder_rows(older_than pg_catalog.interval DEFAULT NULL,
+                                                      caller pg_catalog.text DEFAULT 'advlock_idle_holder_rows')
 RETURNS SETOF @extschema@.advlock_holders
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -229,6 +230,11 @@ DECLARE
     hidden int;
     idle int4[];
 BEGIN
+    IF caller IS NULL THEN
+        RAISE EXCEPTION 'argument "caller" of advlock_idle_holder_rows must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Pass the name of the function to name in messages, or omit it.';
+    END IF;
     IF older_than < interval '0' THEN
         RAISE EXCEPTION 'argument "older_than" of % must not be a negative interval', caller
             USING ERRCODE = 'invalid_parameter_value',

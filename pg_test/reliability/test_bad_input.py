@@ -38,7 +38,8 @@ def valid_value(name, typ, key):
               ("mode", "text"): "'exclusive'", ("older_than", "interval"): "'1 hour'",
               ("dry_run", "boolean"): "true", ("keys", "bigint[]"): f"ARRAY[{key}]",
               ("ids", "text[]"): "ARRAY['x']", ("ids", "bigint[]"): "ARRAY[42]",
-              ("ttl_ms", "integer"): "1000", ("slots", "integer"): "1", ("lease", "bigint"): str(key)}
+              ("ttl_ms", "integer"): "1000", ("slots", "integer"): "1", ("lease", "bigint"): str(key),
+              ("pids", "integer[]"): "ARRAY[0]", ("caller", "text"): "'fuzz'"}
     return values[(name, typ)]
 
 
