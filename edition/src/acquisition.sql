@@ -289,23 +289,24 @@ AS $fn$
 DECLARE
     asked text := CASE WHEN shared THEN 'shared' ELSE 'exclusive' END;
     other text := CASE WHEN shared THEN 'exclusive' ELSE 'shared' END;
+    detail text;
+    hint text;
 BEGIN
     IF @extschema@.advlock_edition_release_quietly(key, shared) THEN
         RETURN true;
     END IF;
     IF @extschema@.advlock_edition_held(key, shared) THEN
-        RAISE WARNING '%: this session holds no % session lock on %', fn, asked, target
-            USING DETAIL = 'This session holds it in transaction scope (scope => ''xact'', the default), which only the end of the transaction releases.',
-                  HINT = 'COMMIT or ROLLBACK releases it; to release a lock early, take it with scope => ''session''.';
+        detail := 'This session holds it in transaction scope (scope => ''xact'', the default), which only the end of the transaction releases.';
+        hint := 'COMMIT or ROLLBACK releases it; to release a lock early, take it with scope => ''session''.';
     ELSIF @extschema@.advlock_edition_held(key, NOT shared) THEN
-        RAISE WARNING '%: this session holds no % session lock on %', fn, asked, target
-            USING DETAIL = format('This session holds that key in %s mode.', other),
-                  HINT = format('Pass mode => ''%s'' to release that lock.', other);
+        detail := format('This session holds that key in %s mode.', other);
+        hint := format('Pass mode => ''%s'' to release that lock.', other);
     ELSE
-        RAISE WARNING '%: this session holds no % session lock on %', fn, asked, target
-            USING DETAIL = 'This session holds no lock on that key: it never took it, or already released it.',
-                  HINT = 'advlock_holders shows who holds the key.';
+        detail := 'This session holds no lock on that key: it never took it, or already released it.';
+        hint := 'advlock_holders shows who holds the key.';
     END IF;
+    RAISE WARNING '%: this session holds no % session lock on %', fn, asked, target
+        USING DETAIL = detail, HINT = hint;
     RETURN false;
 END
 $fn$;
