@@ -86,10 +86,7 @@ fn advlock_lock_entries() -> TableIterator<
     let rows: Vec<_> = lockmgr::advisory_entries_in_my_database()
         .into_iter()
         .map(|e| {
-            let (key, key1, key2) = match e.key {
-                AdvisoryKey::Int8(k) => (Some(k), None, None),
-                AdvisoryKey::Int4Pair(a, b) => (None, Some(a), Some(b)),
-            };
+            let (key, key1, key2) = key_columns(e.key);
             (
                 key,
                 key1,
@@ -199,6 +196,14 @@ fn holder_rows(pids: Option<&[Option<i32>]>) -> Vec<HolderRow> {
     let entries = match pids {
         None => lockmgr::advisory_entries_in_my_database(),
         Some(pids) => {
+            if pids.contains(&None) {
+                Report::new(
+                    PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                    "argument \"pids\" of advlock_holder_entries must not contain NULL",
+                )
+                .hint("Pass backend pids, or NULL (the whole argument) for every lock.")
+                .raise();
+            }
             let only: HashSet<i32> = pids.iter().flatten().copied().collect();
             let mut entries =
                 lockmgr::advisory_entries_in_my_database_of(Some(&|pid| only.contains(&pid)));
@@ -217,10 +222,7 @@ fn holder_rows(pids: Option<&[Option<i32>]>) -> Vec<HolderRow> {
         .iter()
         .enumerate()
         .map(|(index, e)| {
-            let (key, key1, key2) = match e.key {
-                AdvisoryKey::Int8(k) => (Some(k), None, None),
-                AdvisoryKey::Int4Pair(a, b) => (None, Some(a), Some(b)),
-            };
+            let (key, key1, key2) = key_columns(e.key);
             let mode = lockmgr::mode_name(e.mode);
             let mine = match (&mut recorded, e.granted, key) {
                 (Some(recorded), true, Some(k)) => {
@@ -253,6 +255,14 @@ fn holder_rows(pids: Option<&[Option<i32>]>) -> Vec<HolderRow> {
             }
         })
         .collect()
+}
+
+/// The (key, key1, key2) columns: key for an int8 key, key1 and key2 for an int4 pair.
+fn key_columns(key: AdvisoryKey) -> (Option<i64>, Option<i32>, Option<i32>) {
+    match key {
+        AdvisoryKey::Int8(k) => (Some(k), None, None),
+        AdvisoryKey::Int4Pair(a, b) => (None, Some(a), Some(b)),
+    }
 }
 
 fn waiting_since(e: &AdvisoryEntry) -> Option<TimestampWithTimeZone> {

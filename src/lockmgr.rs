@@ -334,16 +334,11 @@ pub fn advisory_entries_in_my_database_of(
         for i in 0..pg_sys::NUM_LOCK_PARTITIONS {
             pg_sys::LWLockAcquire(partition_lock(i), pg_sys::LWLockMode::LW_SHARED);
         }
-        let link = core::mem::offset_of!(pg_sys::PROCLOCK, procLink);
         for &proc in &mine {
-            for partition in 0..pg_sys::NUM_LOCK_PARTITIONS as usize {
-                let head = core::ptr::addr_of!((*proc).myProcLocks[partition]) as *const u8;
-                let mut node = list_first(head);
-                while !node.is_null() && node != head {
-                    let proclock = node.sub(link) as *const pg_sys::PROCLOCK;
-                    node = list_first(node);
-                    push_advisory(&mut entries, proc, proclock, my_db);
-                }
+            for partition in 0..pg_sys::NUM_LOCK_PARTITIONS {
+                for_each_proclock(proc, partition, |proclock| {
+                    push_advisory(&mut entries, proc, proclock, my_db)
+                });
             }
         }
         for i in (0..pg_sys::NUM_LOCK_PARTITIONS).rev() {
@@ -377,6 +372,30 @@ unsafe fn list_first(head: *const u8) -> *const u8 {
     unsafe { (*(head as *const [*const u8; 2]))[1] }
 }
 
+/// Calls `f` with each PROCLOCK on `proc`'s list for lock partition `partition`: the locks it
+/// holds or awaits there.
+///
+/// # Safety
+/// The caller holds that partition's lock (which protects the list and its PROCLOCKs), and
+/// `proc` is a PGPROC of ProcGlobal->allProcs.
+unsafe fn for_each_proclock(
+    proc: *const pg_sys::PGPROC,
+    partition: u32,
+    mut f: impl FnMut(*const pg_sys::PROCLOCK),
+) {
+    let link = core::mem::offset_of!(pg_sys::PROCLOCK, procLink);
+    // SAFETY: see the function's contract.
+    unsafe {
+        let head = core::ptr::addr_of!((*proc).myProcLocks[partition as usize]) as *const u8;
+        let mut node = list_first(head);
+        while !node.is_null() && node != head {
+            let proclock = node.sub(link) as *const pg_sys::PROCLOCK;
+            node = list_first(node);
+            f(proclock);
+        }
+    }
+}
+
 /// How full the shared lock table is: its entries (one per locked object, whatever its holders
 /// and waiters; fast-path relation locks take none) by database, and how many of them are
 /// advisory locks.
@@ -405,19 +424,14 @@ pub fn lock_table_usage() -> LockTableUsage {
     unsafe {
         let global = pg_sys::ProcGlobal;
         let procs = std::slice::from_raw_parts((*global).allProcs, (*global).allProcCount as usize);
-        let proc_link = core::mem::offset_of!(pg_sys::PROCLOCK, procLink);
         for partition in 0..pg_sys::NUM_LOCK_PARTITIONS {
             pg_sys::LWLockAcquire(partition_lock(partition), pg_sys::LWLockMode::LW_SHARED);
             for proc in procs {
-                let head = core::ptr::addr_of!(proc.myProcLocks[partition as usize]) as *const u8;
-                let mut node = list_first(head);
-                while !node.is_null() && node != head {
-                    let proclock = node.sub(proc_link) as *const pg_sys::PROCLOCK;
-                    node = list_first(node);
+                for_each_proclock(proc, partition, |proclock| {
                     let lock = (*proclock).tag.myLock;
                     let first = list_first(core::ptr::addr_of!((*lock).procLocks) as *const u8);
                     if first != core::ptr::addr_of!((*proclock).lockLink) as *const u8 {
-                        continue;
+                        return;
                     }
                     let tag = &(*lock).tag;
                     let counts = by_database.entry(database_of(tag)).or_insert((0, 0));
@@ -425,7 +439,7 @@ pub fn lock_table_usage() -> LockTableUsage {
                     if tag.locktag_type == pg_sys::LockTagType::LOCKTAG_ADVISORY as u8 {
                         counts.1 += 1;
                     }
-                }
+                });
             }
             pg_sys::LWLockRelease(partition_lock(partition));
         }

@@ -26,6 +26,23 @@ mod tests {
     }
 
     #[pg_test]
+    fn holder_entries_refuse_a_null_pid() {
+        assert_eq!(
+            error_of("SELECT * FROM advlock_holder_entries(ARRAY[NULL]::int[])"),
+            "22004: argument \"pids\" of advlock_holder_entries must not contain NULL"
+        );
+        Spi::run("SELECT pg_advisory_xact_lock(12)").unwrap();
+        assert_eq!(
+            one_i64("SELECT count(*) FROM advlock_holder_entries(ARRAY[pg_backend_pid()]) WHERE key = 12"),
+            1
+        );
+        assert_eq!(
+            one_i64("SELECT count(*) FROM advlock_holder_entries('{}') WHERE key = 12"),
+            0
+        );
+    }
+
+    #[pg_test]
     fn holders_decode_two_int4_keys() {
         Spi::run("SELECT pg_advisory_xact_lock(-5, 2147483647)").unwrap();
         assert_eq!(
