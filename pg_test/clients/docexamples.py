@@ -61,6 +61,7 @@ CLAIMS = {
     "SELECT advlock_leak_count();          -- 0": "clients/test_readme_snippets.py::test_metrics_example_runs_as_written",
     "CREATE FUNCTION fail_while_holding(k bigint)": "clients/test_doc_examples.py::test_single_session_examples",
     "CALL advlock_wait_lock(advlock_key('migrate', 'schema'), 30000);": "clients/test_doc_examples.py::test_single_session_examples",
+    "-- How full is the shared lock table (every database)": "clients/test_doc_examples.py::test_single_session_examples",
     # docs/lock-table.md
     "-- How full is the lock table, and how much of it is advisory?": "clients/test_doc_examples.py::test_single_session_examples",
     "-- Each advisory lock is one entry of the lock table": "clients/test_doc_examples.py::test_single_session_examples",
