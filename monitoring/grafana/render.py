@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Draws the panels of advlock.json from a live Prometheus: each panel's queries, with the
 dashboard's variables given concrete values, run through Prometheus's HTTP API
-(/api/v1/query_range), and laid out on the dashboard's own grid (gridPos), into a PNG.
+(/api/v1/query_range), and laid out on the dashboard's own grid (gridPos), into a PNG. Series
+that stay at 0 (or NaN) all along are left out of a panel, for legibility; a stat panel shows
+the last value, as Grafana's does.
 
     python3 monitoring/grafana/render.py --prometheus http://127.0.0.1:9090 \\
         --start 1764640000 --end 1764640060 --var server=db:9187 --var datname=app \\
@@ -13,6 +15,7 @@ pg_test/monitoring/test_dashboard.py imports substitute() and PRELOADED_ONLY fro
 Needs matplotlib for drawing only (pg_test/requirements-tools.txt has it).
 """
 import argparse
+import io
 import json
 import math
 import re
@@ -92,13 +95,13 @@ def render(dashboard: dict, data: dict, out, title: str, subtitle: str, t0: floa
     rows = [p for p in dashboard["panels"] if p.get("type") == "row"]
     bottom = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in dashboard["panels"])
     unit_h = 0.34                                   # inches per grid row
-    width, head = 16.0, 0.9
+    width, head = 16.0, 1.05
     height = head + bottom * unit_h
     colours = ["#3274d9", "#e02f44", "#ff9830", "#56a64b", "#8f3bb8", "#19a0a0", "#b877d9"]
     with plt.rc_context({"font.family": "sans-serif", "font.sans-serif": ["DejaVu Sans"], "font.size": 8}):
         fig = plt.figure(figsize=(width, height), dpi=100, facecolor="#f4f5f5")
         fig.text(0.01, 1 - 0.32 / height, title, fontsize=14, fontweight="bold")
-        fig.text(0.01, 1 - 0.62 / height, subtitle, color="#555555", fontsize=9)
+        fig.text(0.01, 1 - 0.5 / height, subtitle, color="#555555", fontsize=9, va="top")
 
         def box(gp, pad_top=0.0):
             x0 = gp["x"] / 24 + 0.004
@@ -127,21 +130,22 @@ def render(dashboard: dict, data: dict, out, title: str, subtitle: str, t0: floa
                         colour = {"red": "#e02f44", "orange": "#ff9830"}.get(s["color"], "#56a64b")
                 fig.patches.append(plt.Rectangle((x0 + 0.006, y0 + 0.01), w - 0.012, h - 0.02,
                                                  transform=fig.transFigure, facecolor=colour, zorder=1))
-                fig.text(x0 + w / 2, y0 + h / 2, "no data" if math.isnan(v) else f"{v * scale:g}{suffix}",
+                fig.text(x0 + w / 2, y0 + h / 2, "no data" if math.isnan(v) else f"{v * scale:.3g}{suffix}",
                          fontsize=26, color="white", ha="center", va="center", fontweight="bold")
                 continue
-            ax = fig.add_axes((x0 + 0.035 * 24 / max(p["gridPos"]["w"], 1) * w, y0 + 0.22 * h,
-                               w * (1 - 0.035 * 24 / max(p["gridPos"]["w"], 1)) - 0.006, 0.74 * h))
+            ax = fig.add_axes((x0 + 0.035 * 24 / max(p["gridPos"]["w"], 1) * w, y0 + 0.3 * h,
+                               w * (1 - 0.035 * 24 / max(p["gridPos"]["w"], 1)) - 0.006, 0.66 * h))
             drawn = 0
-            for i, (name, pts) in enumerate(lines):
+            for name, pts in lines:
                 xs = [t - t0 for t, v in pts]
                 ys = [v * scale for t, v in pts]
-                if not any(not math.isnan(y) for y in ys):
-                    continue
-                ax.plot(xs, ys, color=colours[i % len(colours)], linewidth=1.6, label=name)
+                if all(math.isnan(y) or y == 0 for y in ys):
+                    continue             # a series at 0 (or NaN) all along: not drawn, for legibility
+                ax.plot(xs, ys, color=colours[drawn % len(colours)], linewidth=1.6, label=name)
                 drawn += 1
             if not drawn:
-                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="#888888")
+                ax.text(0.5, 0.5, "0 all along" if lines else "no data", transform=ax.transAxes,
+                        ha="center", va="center", color="#888888")
             ax.set_ylim(bottom=0)
             top = ax.get_ylim()[1]
             # A threshold line where the data reaches near it, as Grafana's axis does not stretch to it.
@@ -157,10 +161,15 @@ def render(dashboard: dict, data: dict, out, title: str, subtitle: str, t0: floa
             for side in ("top", "right"):
                 ax.spines[side].set_visible(False)
             if drawn:
-                ax.legend(loc="upper left", bbox_to_anchor=(0, -0.1), ncol=3, frameon=False, fontsize=7,
-                          handlelength=1.2, columnspacing=1.0)
-        fig.savefig(out, format="png", facecolor=fig.get_facecolor())
+                ax.legend(loc="upper left", bbox_to_anchor=(0, -0.1), ncol=max(1, p["gridPos"]["w"] // 3),
+                          frameon=False, fontsize=7, handlelength=1.2, columnspacing=1.0)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", facecolor=fig.get_facecolor())
         plt.close(fig)
+    # A 256-colour palette (Pillow comes with matplotlib): a third of the size, the same picture.
+    from PIL import Image
+    buf.seek(0)
+    Image.open(buf).convert("RGB").quantize(256).save(out, format="PNG", optimize=True)
 
 
 def main():

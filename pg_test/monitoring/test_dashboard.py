@@ -294,5 +294,5 @@ def draw(prom, started, admin, preloaded):
     ext = admin.execute("SELECT extversion FROM pg_extension WHERE extname = 'advlock'").fetchone()[0]
     render.render(dash, data, PNG, f"{dash['title']} (monitoring/grafana/advlock.json), every panel from real queries",
                   f"PostgreSQL {pg}, advlock {ext} {'preloaded' if preloaded else 'not preloaded'}; postgres_exporter "
-                  f"0.11.1 scraped every {SCRAPE:g} s by Prometheus 2.42; $__rate_interval = 10s; seconds on the x axes. "
-                  f"Drawn by pg_test/monitoring/test_dashboard.py, {datetime.date.today().isoformat()}", started - 3)
+                  f"0.11.1 scraped every {SCRAPE:g} s by Prometheus 2.42; $__rate_interval = 10s.\n"
+                  f"x axes: seconds since the fixture began; series at 0 all along are not drawn. Drawn by pg_test/monitoring/test_dashboard.py, {datetime.date.today().isoformat()}", started)
