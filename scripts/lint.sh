@@ -4,7 +4,7 @@
 #   (clippy)     cargo clippy --features pgNN --no-default-features --all-targets -- -D warnings
 #                (NN: ADVLOCK_PG_MAJOR, default ADVLOCK_DEFAULT_MAJOR; pgrx needs `cargo pgrx init`)
 #   (shellcheck) every shell script in the repository (git ls-files; configuration: .shellcheckrc)
-#   (ruff)       ruff check on the Python test, bench and docs code (configuration: ruff.toml)
+#   (ruff)       ruff check on the Python test, bench, docs and monitoring code (configuration: ruff.toml)
 # The shellcheck tool is a Debian package and ruff is pinned in pg_test/requirements-tools.txt, both
 # installed by scripts/setup.sh. Prints "lint: N passed, M failed" and writes "lint N M" to
 # $ADVLOCK_SUMMARY. Usage: scripts/lint.sh [rustfmt clippy shellcheck ruff]   (default: all)
@@ -33,7 +33,7 @@ for check in "${checks[@]}"; do
     rustfmt)    lint rustfmt cargo fmt --check ;;
     clippy)     lint clippy cargo clippy --quiet --features "pg$major" --no-default-features --all-targets -- -D warnings ;;
     shellcheck) lint shellcheck shell_scripts ;;
-    ruff)       lint ruff "$venv/bin/ruff" check --no-cache bench pg_test docs scripts ;;
+    ruff)       lint ruff "$venv/bin/ruff" check --no-cache bench pg_test docs scripts monitoring ;;
     *) echo "lint: unknown check $check"; failed=$((failed + 1)) ;;
   esac
 done

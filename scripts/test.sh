@@ -8,8 +8,8 @@
 #   3. pg_test/run.sh                (after cargo pgrx install into DEFAULT) pg_regress,
 #      pg_isolation_regress, real clients + PgBouncer, leases; regress + isolation + leases again
 #      with shared_preload_libraries = 'advlock', and regress once more with tiny label/namespace
-#      capacities (full tables); the monitoring suite (promtool, a real postgres_exporter) runs
-#      plain with the others, then again preloaded
+#      capacities (full tables); the monitoring suite (promtool, a real postgres_exporter and
+#      Prometheus) runs plain with the others, then again preloaded
 #   4. pg_test/fast_loop.sh          CONTRIBUTING.md's fast-loop commands, run as written
 #   5. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
 #   5b. clients/python/run_tests.sh  the Python client: ruff, mypy --strict, pytest on a real instance
