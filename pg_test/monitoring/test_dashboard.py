@@ -88,6 +88,12 @@ def test_dashboard_schema_basics():
             assert t.get("expr", "").strip(), (p["title"], t)
             assert t.get("datasource", p["datasource"]) == p["datasource"], (p["title"], t)
 
+    # Every variable an expr uses is the dashboard's own, or one Grafana fills in.
+    builtin = {"__rate_interval", "__interval", "__range"}
+    for p, t in dashboard_targets():
+        for m in re.finditer(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", t["expr"]):
+            assert m.group(1) in variables or m.group(1) in builtin, f"{p['title']}: ${m.group(1)} is not defined"
+
     emitted = set(exported_series())
     used = set()
     for p, t in dashboard_targets():
@@ -270,6 +276,26 @@ def test_every_panel_query_returns_data(prometheus, held, preloaded, exporter):
             assert total("Lease events", ref) > 0, ref
         assert total("Average wait") > 0
         assert total("Waits and timeouts, per namespace", "B") > 0
+
+
+def test_variables_list_the_fixture(prometheus, held, preloaded):
+    """The dashboard's query variables (label_values(selector, label)), run as Grafana runs them,
+    through /api/v1/label/<label>/values?match[]=selector, list this server, this database and,
+    preloaded, the fixture's namespaces."""
+    variables = {v["name"]: v for v in render.load()["templating"]["list"] if v["type"] == "query"}
+    server = prometheus.query(f'advlock_holders{{datname="{DATABASE}"}}')[0][0]["server"]
+    values = {"server": server, "datname": DATABASE, "ns": ".*"}
+    expected = {"server": {server}, "datname": {DATABASE},
+                "ns": {"dash_leak", "dash_jobs", "dash_ticks"} if preloaded else set()}
+    assert set(variables) == set(expected), variables
+    for name, v in variables.items():
+        m = re.fullmatch(r"label_values\((.+),\s*([A-Za-z_][A-Za-z0-9_]*)\)", v["query"]["query"])
+        assert m and v["definition"] == v["query"]["query"], v
+        selector, label = render.substitute(m.group(1), values), m.group(2)
+        listed = set(prometheus.api(f"label/{label}/values", **{"match[]": selector}))
+        assert expected[name] <= listed, (name, selector, listed)
+        if name != "ns" or preloaded:
+            assert listed, (name, selector)
 
 
 def test_shipped_rules_evaluate_on_real_series(prometheus, held):
