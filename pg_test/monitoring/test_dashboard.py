@@ -9,7 +9,7 @@ concrete values ($__rate_interval = 1m), goes through Prometheus's /api/v1/query
 a finite value. A panel whose description says it needs shared_preload_libraries must return
 data preloaded and none (or only NaN) without: both runs of scripts/test.sh assert every panel.
 
-ADVLOCK_DASHBOARD_PNG=<path>: also draw the panels from range queries over the run (the fixture
+ADVLOCK_DASHBOARD_PNG=<path> (relative: to the repository): also draw the panels from range queries over the run (the fixture
 then runs longer and ends by clearing the leak), as monitoring/grafana/advlock.png was made.
 """
 import datetime
@@ -23,8 +23,8 @@ import time
 
 import pytest
 
-from monsupport import (DATABASE, IDLE_THRESHOLD_S, MONITORING, PROMTOOL_BIN, RULES_DIR, WORKDIR,
-                        Prometheus, connect, exported_series, wait_until)
+from monsupport import (DATABASE, IDLE_THRESHOLD_S, MONITORING, PROMTOOL_BIN, REPO, RULES_DIR,
+                        WORKDIR, Prometheus, connect, exported_series, wait_until)
 
 _spec = importlib.util.spec_from_file_location("advlock_dashboard_render", MONITORING / "grafana" / "render.py")
 render = importlib.util.module_from_spec(_spec)
@@ -33,7 +33,8 @@ _spec.loader.exec_module(render)
 SCRAPE = 1.0            # seconds between Prometheus's scrapes
 HANG = 60.0             # hang protection only
 RATE_INTERVAL = "1m"    # $__rate_interval: the whole fixture lies inside it
-PNG = os.environ.get("ADVLOCK_DASHBOARD_PNG")
+# A relative path is the repository's (pg_test/run.sh runs pytest in pg_test/monitoring).
+PNG = os.environ.get("ADVLOCK_DASHBOARD_PNG") and str(REPO / os.environ["ADVLOCK_DASHBOARD_PNG"])
 
 
 def dashboard_targets():
