@@ -81,3 +81,44 @@ def test_the_old_wait_inside_a_statement_stalls_it(admin: psycopg.Connection[Any
     assert got[0] == (False, "Lock")  # a waiter with a snapshot
     assert took > 5, f"CREATE INDEX CONCURRENTLY took only {took:.1f} s"
     assert got[1] == (None,)  # and the waiter timed out
+
+
+@pytest.mark.skipif(server_kind() != "preloaded", reason="leases need advlock preloaded (run_tests.sh's preloaded run)")
+def test_waiting_lease_does_not_stall_create_index_concurrently(admin: psycopg.Connection[Any]) -> None:
+    """The same with leases: the waiter waits through CALL advlock_wait_lease, with no snapshot."""
+    import psycopg_pool
+
+    admin.execute("DROP TABLE IF EXISTS cic_target")
+    admin.execute("CREATE TABLE cic_target AS SELECT g AS id FROM generate_series(1, 1000) g")
+    got: list[object] = []
+    kwargs = {"application_name": "lease-pod2"}
+    with psycopg_pool.ConnectionPool(DSN, min_size=1, max_size=2) as p1, psycopg_pool.ConnectionPool(
+        DSN, min_size=1, max_size=2, kwargs=kwargs
+    ) as p2:
+
+        def pod2() -> None:
+            try:
+                with advlock.lease(p2, "migrate", ttl=30, timeout=20) as lease:
+                    got.append(lease.token)
+            except Exception as e:
+                got.append(e)
+
+        with advlock.lease(p1, "migrate", ttl=30, timeout=1):
+            t = threading.Thread(target=pod2)
+            t.start()
+            row = wait_until(
+                lambda: admin.execute(
+                    "SELECT backend_xmin IS NULL FROM pg_stat_activity WHERE application_name = 'lease-pod2'"
+                    " AND state = 'active' AND query LIKE 'CALL %advlock_wait_lease%'"
+                ).fetchone(),
+                what="pod 2 to wait in CALL advlock_wait_lease",
+            )
+            assert row == (True,)
+            with connect("pod1-migration") as migration:
+                started = time.monotonic()
+                migration.execute("CREATE INDEX CONCURRENTLY cic_target_id ON cic_target (id)")
+                took = time.monotonic() - started
+        t.join(30)
+    admin.execute("DROP TABLE cic_target")
+    assert took < 5, f"CREATE INDEX CONCURRENTLY took {took:.1f} s"
+    assert len(got) == 1 and isinstance(got[0], int), got

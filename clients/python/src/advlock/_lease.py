@@ -325,6 +325,10 @@ class Lease:
         # Renew every third of the renew deadline: two retries after a failure before it passes.
         self._interval = self.renew_deadline_ms / 3000
         self._deadline = 0.0  # time.monotonic() at which the body must stop without a renewal
+        # Stopped at the renew deadline: the lease is left to run out on the server at its TTL
+        # rather than released, so a statement the body still had in flight (a cancelled
+        # asyncio task's, or a blocking body's last one) ends before anyone else is granted it.
+        self._stopped_at_deadline = False
         self._last_error: BaseException | None = None
         self._entered = False
         self._closing = False
@@ -395,6 +399,7 @@ class Lease:
             f" {self.ttl_ms} ms)"
         )
         self._mark_lost(RuntimeError(f"{why}; last error: {self._last_error!r}" if self._last_error else why))
+        self._stopped_at_deadline = True
         return True
 
     def _next_delay(self) -> float:
@@ -460,6 +465,8 @@ class Lease:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewer
         assert isinstance(self._runner, _AsyncRunner)
+        if self._stopped_at_deadline:
+            return
         released = (await self._runner.query(_RELEASE, [self.token]))[0][0]
         if not released:
             self._mark_lost(RuntimeError("advlock_lease_release found the lease already ended"))
@@ -531,7 +538,7 @@ class Lease:
         if self._thread is not None:
             self._thread.join()
         assert isinstance(self._runner, _SyncRunner)
-        if not self._runner.query(_RELEASE, [self.token])[0][0]:
+        if not self._stopped_at_deadline and not self._runner.query(_RELEASE, [self.token])[0][0]:
             self._mark_lost(RuntimeError("advlock_lease_release found the lease already ended"))
         if self.lost is not None:
             raise self._lost_error() from v
