@@ -6,7 +6,8 @@
 #   2. cargo pgrx test pgDEFAULT     in-database #[pg_test]s and Rust unit tests
 #      (preloaded, then again with ADVLOCK_PGRX_PRELOAD=off)
 #   3. pg_test/run.sh                (after cargo pgrx install into DEFAULT) pg_regress,
-#      pg_isolation_regress, real clients + PgBouncer, leases; regress + isolation + leases again
+#      pg_isolation_regress, real clients + PgBouncer, leases, server encodings (pg_test/encodings:
+#      UTF8, EUC_JP, LATIN1, WIN1251, SQL_ASCII databases); regress + isolation + leases again
 #      with shared_preload_libraries = 'advlock', and regress once more with tiny label/namespace
 #      capacities (full tables); the monitoring suite (promtool, a real postgres_exporter) runs
 #      plain with the others, then again preloaded

@@ -4,6 +4,20 @@
 -- The generated section and the comments after it are written by scripts/upgrade_sections.py 0.5.0.
 
 -- <generated: new objects>
+COMMENT ON VIEW @extschema@.advlock_holders IS
+  'advlock: advisory locks in this database, holders and waiters, with their backends';
+COMMENT ON VIEW @extschema@.advlock_stats IS
+  'advlock: per-namespace acquisitions, immediate grants, waits, timeouts and wait times (ms) in this database; needs shared_preload_libraries';
+COMMENT ON VIEW @extschema@.advlock_stats_info IS
+  'advlock: fill level of the shared label and statistics tables (all databases) and the entries dropped because they were full; needs shared_preload_libraries';
+COMMENT ON VIEW @extschema@.advlock_metrics IS
+  'advlock: gauges per namespace (holders, leaked and idle-in-transaction holders, hidden holders, waiters, oldest wait and hold) and, preloaded, the acquisition counters; for exporters';
+COMMENT ON VIEW @extschema@.advlock_leases IS
+  'advlock: one row per lease held (lease id = fencing token, role, who took or last renewed it, expires_at) and per backend waiting for one (waiting_since) in this database; needs shared_preload_libraries';
+COMMENT ON VIEW @extschema@.advlock_lease_stats IS
+  'advlock: lease table use (capacity = advlock.max_leases, held, waiting) and totals since the server started, all databases: granted, released, expired (not renewed in time), renewed, timed_out waits; needs shared_preload_libraries';
+COMMENT ON VIEW @extschema@.advlock_lock_table IS
+  'advlock: shared lock table use per database (datname NULL: locks of no database, e.g. transaction ids): lock_entries of every type, advisory_entries among them, and the capacity max_locks_per_transaction * (max_connections + autovacuum, background and WAL sender slots + max_prepared_transactions); for exporters';
 -- </generated: new objects>
 
 -- One-line descriptions for \df+ and obj_description: every function and view of advlock has
