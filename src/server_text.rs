@@ -69,6 +69,31 @@ impl<'a> ServerText<'a> {
     }
 }
 
+/// A name from the catalog (a role name: NUL-terminated, in the server encoding) as text for a
+/// message: converted to UTF-8 where it is valid in the database encoding (`Report` then shows
+/// its non-ASCII characters as \uXXXX outside UTF-8), taken lossily where it is not (a name
+/// created from a database of another encoding), never an error raised while building one.
+pub fn catalog_name(name: &CStr) -> String {
+    let bytes = name.to_bytes();
+    if bytes.is_ascii() || !needs_conversion() {
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    // SAFETY: reads `bytes.len()` bytes of `bytes`; noError = true: reports instead of raising.
+    let valid = unsafe {
+        pg_sys::pg_verify_mbstr(
+            pg_sys::GetDatabaseEncoding(),
+            bytes.as_ptr() as *const c_char,
+            bytes.len() as c_int,
+            true,
+        )
+    };
+    if valid {
+        String::from_utf8_lossy(&ServerText { bytes }.to_utf8()).into_owned()
+    } else {
+        String::from_utf8_lossy(bytes).into_owned()
+    }
+}
+
 pub fn needs_conversion() -> bool {
     // SAFETY: reads the backend-local database encoding; always set inside a backend.
     let enc = unsafe { pg_sys::GetDatabaseEncoding() } as u32;

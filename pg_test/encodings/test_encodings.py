@@ -280,3 +280,36 @@ def test_sql_edition(edition_reference, encoding):
         for label, statement in RAISING:
             assert raised(c, statement) == edition_reference["errors"][label], f"{encoding} edition: {label}"
     drop_database(name)
+
+
+# A role name quoted by a message (advlock_leak_count's hidden-holder error names the caller):
+# converted from the database encoding, then verbatim (UTF8, SQL_ASCII) or as \\uXXXX escapes.
+ROLE_NAME = {"UTF8": "\u30ed\u30fc\u30eb", "EUC_JP": "\u30ed\u30fc\u30eb", "LATIN1": "r\u00f4le",
+             "WIN1251": "\u0440\u043e\u043b\u044c", "SQL_ASCII": "r\u00f4le"}
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_role_name_in_a_message(encoding):
+    name = fresh_database(encoding, "role")
+    role = f"{ROLE_NAME[encoding]}_{encoding.lower()}"
+    client = "UTF8" if encoding in ("UTF8", "SQL_ASCII") else encoding
+    # Created from this database: the catalog holds the name in its encoding (a client cannot
+    # log in by such a name, so the test session takes the role with SET ROLE).
+    with connect(name, client) as admin, connect(name) as holder:
+        admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+        try:
+            admin.execute("CREATE EXTENSION advlock")
+            assert holder.execute("SELECT advlock_try_with_timeout(4242, 0, scope => 'session')").fetchone()[0] is True
+            admin.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+            said = raised(admin, "SELECT advlock_leak_count()")
+            admin.execute("RESET ROLE")
+        finally:
+            holder.close()
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+    shown = role if encoding in ("UTF8", "SQL_ASCII") else "".join(
+        ch if ch.isascii() else f"\\u{ord(ch):04X}" for ch in role)
+    assert said is not None and said[0] == "42501", said
+    assert said[2] == f"pg_stat_activity hides their state from role {shown}, so a leak among them could not be counted.", said
+    assert said[3] == f'Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO "{shown}";', said
+    drop_database(name)
