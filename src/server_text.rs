@@ -152,9 +152,13 @@ unsafe impl pgrx::datum::UnboxDatum for ServerText<'_> {
     }
 }
 
+// SAFETY: the argument is declared `text` (impl_sql_translatable below, arg_only = "text"),
+// which is what FromDatum for ServerText reads; the borrow lives as long as the call ('fcx).
 unsafe impl<'fcx> ArgAbi<'fcx> for ServerText<'fcx> {
     unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
         let index = arg.index();
+        // SAFETY: the caller (pgrx's fmgr glue) passes an argument of this function, a `text`
+        // datum or NULL, valid for the call; NULL becomes None and the panic below.
         unsafe { arg.unbox_arg_using_from_datum() }
             .unwrap_or_else(|| panic!("argument {index} must not be null"))
     }
