@@ -7,7 +7,7 @@
 #   pg_test/clients/test_*.py                        (pytest, real drivers and PgBouncer)
 #   pg_test/reliability/test_*.py                    (pytest, faults, load, standby, security)
 #   pg_test/upgrade/test_*.py                        (pytest, ALTER EXTENSION UPDATE from released versions)
-#   pg_test/monitoring/test_*.py                     (pytest, promtool + a real postgres_exporter)
+#   pg_test/monitoring/test_*.py                     (pytest, promtool + a real postgres_exporter and Prometheus)
 #   pg_test/leases/test_*.py                         (pytest, leases between real sessions, PgBouncer)
 #   pg_test/encodings/test_*.py                      (pytest, install/update/edition/messages in
 #                                                     UTF8, EUC_JP, LATIN1, WIN1251, SQL_ASCII databases)

@@ -4,7 +4,7 @@
 #   (clippy)     cargo clippy --features pgNN --no-default-features --all-targets -- -D warnings
 #                (NN: ADVLOCK_PG_MAJOR, default ADVLOCK_DEFAULT_MAJOR; pgrx needs `cargo pgrx init`)
 #   (shellcheck) every shell script in the repository (git ls-files; configuration: .shellcheckrc)
-#   (ruff)       ruff check on the Python test, bench and docs code (configuration: ruff.toml)
+#   (ruff)       ruff check on the Python test, bench, docs and monitoring code (configuration: ruff.toml)
 #   (ascii)      scripts/lint_ascii.py: no non-ASCII character in a Rust string or char literal
 #                under src/, in the SQL scripts sql/*.sql, the SQL edition or advlock.control
 #                (PostgreSQL reads scripts and messages in the database's encoding)
@@ -36,7 +36,7 @@ for check in "${checks[@]}"; do
     rustfmt)    lint rustfmt cargo fmt --check ;;
     clippy)     lint clippy cargo clippy --quiet --features "pg$major" --no-default-features --all-targets -- -D warnings ;;
     shellcheck) lint shellcheck shell_scripts ;;
-    ruff)       lint ruff "$venv/bin/ruff" check --no-cache bench pg_test docs scripts ;;
+    ruff)       lint ruff "$venv/bin/ruff" check --no-cache bench pg_test docs scripts monitoring ;;
     ascii)      lint ascii python3 "$here/lint_ascii.py" ;;
     *) echo "lint: unknown check $check"; failed=$((failed + 1)) ;;
   esac

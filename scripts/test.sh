@@ -9,8 +9,8 @@
 #      pg_isolation_regress, real clients + PgBouncer, leases, server encodings (pg_test/encodings:
 #      UTF8, EUC_JP, LATIN1, WIN1251, SQL_ASCII databases); regress + isolation + leases again
 #      with shared_preload_libraries = 'advlock', and regress once more with tiny label/namespace
-#      capacities (full tables); the monitoring suite (promtool, a real postgres_exporter) runs
-#      plain with the others, then again preloaded
+#      capacities (full tables); the monitoring suite (promtool, a real postgres_exporter and
+#      Prometheus) runs plain with the others, then again preloaded
 #   4. pg_test/fast_loop.sh          CONTRIBUTING.md's fast-loop commands, run as written
 #      pg_test/install/run.sh        scripts/install_ext.sh replacing advlock.so under a running,
 #      preloaded server (which keeps its mapped file and serves on)

@@ -36,9 +36,9 @@ fi
   { failed=1; report; exit 1; }
 
 cd "$here" || exit 1
-if "$venv/bin/ruff" check src tests; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+if "$venv/bin/ruff" check src tests recipes; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 # The tests too: they pin what the overloads return (bool vs Awaitable[bool]).
-if "$venv/bin/mypy" --strict src/advlock tests; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+if "$venv/bin/mypy" --strict src/advlock tests recipes; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 # shellcheck source=SCRIPTDIR/../../pg_test/instance.sh disable=SC1091  # followed with shellcheck -x
 . "$repo/pg_test/instance.sh"

@@ -4,7 +4,7 @@ Thin wrappers over the advlock extension's SQL functions: every wait is bounded 
 server, keys follow advlock's key spec v1, and the scope rules are enforced, not documented.
 """
 
-from ._api import LockEntry, XactLock, holders, lock, lock_all, try_lock
+from ._api import AsyncXactLock, LockEntry, XactLock, holders, lock, lock_all, try_lock
 from ._errors import (
     Error,
     Holder,
@@ -13,17 +13,19 @@ from ._errors import (
     LeaseTimeout,
     LockLost,
     LockTimeout,
+    NotInstalled,
     NotInTransaction,
     NotPreloaded,
+    UnsafePooler,
 )
 from ._key import key
 from ._lease import Lease, lease
 from ._session import AsyncHeldLock, HeldLock, SessionLock, session_lock
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "AsyncHeldLock",
+    "AsyncXactLock",
     "Error",
     "HeldLock",
     "Holder",
@@ -35,9 +37,12 @@ __all__ = [
     "LockLost",
     "LockTimeout",
     "NotInTransaction",
+    "NotInstalled",
     "NotPreloaded",
     "SessionLock",
+    "UnsafePooler",
     "XactLock",
+    "__version__",
     "holders",
     "key",
     "lease",

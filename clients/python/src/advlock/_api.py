@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Protocol, TypeAlias, overload
+from typing import TYPE_CHECKING, NoReturn, Protocol, TypeAlias, overload
 
-from ._drivers import AsyncAdapter, SyncAdapter, adapt, call_sql
+from ._drivers import AsyncAdapter, SyncAdapter, adapt, call_sql, check_schema
 from ._errors import NotInTransaction, as_lock_timeout
 from ._key import check_ns, id_text, key
 
@@ -71,14 +71,17 @@ async def _check_async(adapter: AsyncAdapter, what: str) -> None:
         raise NotInTransaction(f"advlock.{what}() takes a transaction-scope lock, but {problem}")
 
 
-class XactLock:
-    """What lock() and lock_all() return: use it with `with` (blocking connections) or
-    `async with` (asyncio ones). The lock is taken on entry with a server-side bounded wait
-    and released by the server at COMMIT/ROLLBACK of the enclosing transaction; PostgreSQL
-    cannot release a transaction-scope lock earlier, so leaving the block releases nothing."""
-
-    def __init__(self, conn: object, what: str, sql: str, args: Sequence[object], ns: str, ids: Sequence[str]) -> None:
-        self._adapter = adapt(conn)
+class _XactBase:
+    def __init__(
+        self,
+        adapter: SyncAdapter | AsyncAdapter,
+        what: str,
+        sql: str,
+        args: Sequence[object],
+        ns: str,
+        ids: Sequence[str],
+    ) -> None:
+        self._adapter = adapter
         self._what, self._sql, self._args = what, sql, args
         self.ns = ns
         self.ids = tuple(ids)
@@ -89,17 +92,24 @@ class XactLock:
         # `advlock.lock(conn, ...)` alone, without `with`, takes no lock: say so, as Python
         # does for a coroutine that is never awaited.
         if not getattr(self, "_entered", True):
+            how = "async with" if isinstance(self._adapter, AsyncAdapter) else "with"
             warnings.warn(
-                f"advlock.{self._what}() was never entered, so no lock was taken: use `with advlock.{self._what}(...):`"
-                f" (or `async with`)",
+                f"advlock.{self._what}() was never entered, so no lock was taken:"
+                f" use `{how} advlock.{self._what}(...):`",
                 RuntimeWarning,
                 stacklevel=1,
             )
 
+
+class XactLock(_XactBase):
+    """What lock() and lock_all() return for a blocking connection: use it with `with`. The
+    lock is taken on entry with a server-side bounded wait and released by the server at
+    COMMIT/ROLLBACK of the enclosing transaction; PostgreSQL cannot release a
+    transaction-scope lock earlier, so leaving the block releases nothing."""
+
     def __enter__(self) -> XactLock:
         self._entered = True
-        if not isinstance(self._adapter, SyncAdapter):
-            raise TypeError(f"advlock.{self._what}() on an asyncio connection: use `async with`")
+        assert isinstance(self._adapter, SyncAdapter)
         _check_sync(self._adapter, self._what)
         try:
             self._adapter.query(self._sql, self._args)
@@ -113,10 +123,23 @@ class XactLock:
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
         return None
 
-    async def __aenter__(self) -> XactLock:
-        self._entered = True
-        if not isinstance(self._adapter, AsyncAdapter):
+    if not TYPE_CHECKING:  # a clear error at run time; to the type checker there is no `async with`
+
+        async def __aenter__(self) -> NoReturn:
+            self._entered = True
             raise TypeError(f"advlock.{self._what}() on a blocking connection: use `with`, not `async with`")
+
+        async def __aexit__(self, *exc: object) -> None:
+            return None
+
+
+class AsyncXactLock(_XactBase):
+    """What lock() and lock_all() return for an asyncio connection: use it with `async with`
+    (the same lock as XactLock, taken with an awaited statement)."""
+
+    async def __aenter__(self) -> AsyncXactLock:
+        self._entered = True
+        assert isinstance(self._adapter, AsyncAdapter)
         await _check_async(self._adapter, self._what)
         try:
             await self._adapter.query(self._sql, self._args)
@@ -130,22 +153,92 @@ class XactLock:
     async def __aexit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
         return None
 
+    if not TYPE_CHECKING:
 
+        def __enter__(self) -> NoReturn:
+            self._entered = True
+            raise TypeError(f"advlock.{self._what}() on an asyncio connection: use `async with`")
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+
+def _xact_lock(
+    conn: object, schema: str | None, what: str, sql: str, args: Sequence[object], ns: str, ids: Sequence[str]
+) -> XactLock | AsyncXactLock:
+    adapter = adapt(conn, check_schema(schema))
+    cls = XactLock if isinstance(adapter, SyncAdapter) else AsyncXactLock
+    return cls(adapter, what, sql, args, ns, ids)
+
+
+@overload
 def lock(
-    conn: SyncConnection | AsyncConnection, ns: str, id: str | int = "", *, timeout: float, shared: bool = False
-) -> XactLock:
+    conn: SyncConnection,
+    ns: str,
+    id: str | int = "",
+    *,
+    timeout: float,
+    shared: bool = False,
+    schema: str | None = None,
+) -> XactLock: ...
+@overload
+def lock(
+    conn: AsyncConnection,
+    ns: str,
+    id: str | int = "",
+    *,
+    timeout: float,
+    shared: bool = False,
+    schema: str | None = None,
+) -> AsyncXactLock: ...
+def lock(
+    conn: SyncConnection | AsyncConnection,
+    ns: str,
+    id: str | int = "",
+    *,
+    timeout: float,
+    shared: bool = False,
+    schema: str | None = None,
+) -> XactLock | AsyncXactLock:
     """Lock (ns, id) for the rest of the current transaction, waiting at most `timeout`
     seconds in the server's lock queue (advlock_lock_with_timeout); LockTimeout names the
-    holder. The timeout is required: an unbounded wait is the trap advlock removes."""
+    holder. The timeout is required: an unbounded wait is the trap advlock removes.
+    `with` on a blocking connection, `async with` on an asyncio one."""
     text = id_text(id)
     args = [check_ns(ns), text, timeout_ms(timeout), mode_of(shared)]
     sql = call_sql("advlock_lock_with_timeout", "text", "text", "int4")
-    return XactLock(conn, "lock", sql, args, ns, [text])
+    return _xact_lock(conn, schema, "lock", sql, args, ns, [text])
 
 
+@overload
 def lock_all(
-    conn: SyncConnection | AsyncConnection, ns: str, ids: Iterable[str | int], *, timeout: float, shared: bool = False
-) -> XactLock:
+    conn: SyncConnection,
+    ns: str,
+    ids: Iterable[str | int],
+    *,
+    timeout: float,
+    shared: bool = False,
+    schema: str | None = None,
+) -> XactLock: ...
+@overload
+def lock_all(
+    conn: AsyncConnection,
+    ns: str,
+    ids: Iterable[str | int],
+    *,
+    timeout: float,
+    shared: bool = False,
+    schema: str | None = None,
+) -> AsyncXactLock: ...
+def lock_all(
+    conn: SyncConnection | AsyncConnection,
+    ns: str,
+    ids: Iterable[str | int],
+    *,
+    timeout: float,
+    shared: bool = False,
+    schema: str | None = None,
+) -> XactLock | AsyncXactLock:
     """Lock every (ns, id) or none, within one overall deadline of `timeout` seconds
     (advlock_lock_all_with_timeout: ascending key order, so callers never deadlock each other)."""
     if isinstance(ids, (str, bytes)):
@@ -155,26 +248,44 @@ def lock_all(
         raise ValueError("ids must not be empty")
     args: list[object] = [check_ns(ns), texts, timeout_ms(timeout), mode_of(shared)]
     sql = call_sql("advlock_lock_all_with_timeout", "text", "text[]", "int4")
-    return XactLock(conn, "lock_all", sql, args, ns, texts)
+    return _xact_lock(conn, schema, "lock_all", sql, args, ns, texts)
 
 
 @overload
 def try_lock(
-    conn: SyncConnection, ns: str, id: str | int = "", *, timeout: float = 0, shared: bool = False
+    conn: SyncConnection,
+    ns: str,
+    id: str | int = "",
+    *,
+    timeout: float = 0,
+    shared: bool = False,
+    schema: str | None = None,
 ) -> bool: ...
 @overload
 def try_lock(
-    conn: AsyncConnection, ns: str, id: str | int = "", *, timeout: float = 0, shared: bool = False
+    conn: AsyncConnection,
+    ns: str,
+    id: str | int = "",
+    *,
+    timeout: float = 0,
+    shared: bool = False,
+    schema: str | None = None,
 ) -> Awaitable[bool]: ...
 def try_lock(
-    conn: SyncConnection | AsyncConnection, ns: str, id: str | int = "", *, timeout: float = 0, shared: bool = False
+    conn: SyncConnection | AsyncConnection,
+    ns: str,
+    id: str | int = "",
+    *,
+    timeout: float = 0,
+    shared: bool = False,
+    schema: str | None = None,
 ) -> bool | Awaitable[bool]:
     """Take (ns, id) for the rest of the transaction if it is free (or frees up within
     `timeout` seconds, default 0: no wait): True when held, False when not. Await the result
     on an asyncio connection."""
     args = [check_ns(ns), id_text(id), timeout_ms(timeout), mode_of(shared)]
     sql = call_sql("advlock_try_with_timeout", "text", "text", "int4")
-    adapter = adapt(conn)
+    adapter = adapt(conn, check_schema(schema))
     if isinstance(adapter, SyncAdapter):
         _check_sync(adapter, "try_lock")
         return bool(adapter.query(sql, args)[0][0])
@@ -207,16 +318,20 @@ class LockEntry:
 
 _HOLDERS_SQL = (
     "SELECT key, mode, granted, pid, application_name, backend_state, idle_for, is_idle_holder,"
-    " waiting_since, blocked_by, label, scope, held_since FROM advlock_holders"
+    " waiting_since, blocked_by, label, scope, held_since FROM @.advlock_holders"
 )
 
 
 @overload
-def holders(conn: SyncConnection, ns: str | None = None, id: str | int = "") -> list[LockEntry]: ...
-@overload
-def holders(conn: AsyncConnection, ns: str | None = None, id: str | int = "") -> Awaitable[list[LockEntry]]: ...
 def holders(
-    conn: SyncConnection | AsyncConnection, ns: str | None = None, id: str | int = ""
+    conn: SyncConnection, ns: str | None = None, id: str | int = "", *, schema: str | None = None
+) -> list[LockEntry]: ...
+@overload
+def holders(
+    conn: AsyncConnection, ns: str | None = None, id: str | int = "", *, schema: str | None = None
+) -> Awaitable[list[LockEntry]]: ...
+def holders(
+    conn: SyncConnection | AsyncConnection, ns: str | None = None, id: str | int = "", *, schema: str | None = None
 ) -> list[LockEntry] | Awaitable[list[LockEntry]]:
     """The rows of advlock_holders (holders first, then waiters, by key and pid); with ns,
     only those of the lock key(ns, id). Await the result on an asyncio connection."""
@@ -225,7 +340,7 @@ def holders(
     else:
         sql, args = _HOLDERS_SQL + " WHERE key = CAST({} AS int8)", [key(ns, id)]
     sql += " ORDER BY NOT granted, key, pid"
-    adapter = adapt(conn)
+    adapter = adapt(conn, check_schema(schema))
     if isinstance(adapter, SyncAdapter):
         return [LockEntry(*row) for row in adapter.query(sql, args)]
 

@@ -63,6 +63,20 @@ class NotPreloaded(LeasesUnavailable):
     `shared_preload_libraries = 'advlock'` to postgresql.conf and restart PostgreSQL."""
 
 
+class NotInstalled(Error):
+    """Neither the advlock extension nor the SQL edition is installed in the database (and no
+    schema= named where it is)."""
+
+
+class UnsafePooler(Error):
+    """session_lock() found that its connection is not one server session for its whole life:
+    a pooler in transaction or statement mode (PgBouncer, ...) hands the server session to other
+    clients between transactions, so a session lock taken through it would be shared with them
+    (two holders at once) or left behind. Use a DSN that reaches PostgreSQL directly, a pooler
+    in session mode, advlock.lease() (which any pool can carry), or advlock.lock() in a
+    transaction."""
+
+
 @dataclass(frozen=True)
 class Holder:
     """One holder named in a lock-timeout DETAIL."""
