@@ -4,11 +4,13 @@ Thin wrappers over the advlock extension's SQL functions: every wait is bounded 
 server, keys follow advlock's key spec v1, and the scope rules are enforced, not documented.
 """
 
-from ._api import AsyncXactLock, LockEntry, XactLock, holders, lock, lock_all, try_lock
+from ._api import AsyncXactLock, LockEntry, XactLock, fence, holders, lease_check, lock, lock_all, try_lock
 from ._errors import (
     Error,
+    FenceRefused,
     Holder,
     LeaseLost,
+    LeaseNotHeld,
     LeasesUnavailable,
     LeaseTimeout,
     LockLost,
@@ -27,10 +29,12 @@ __all__ = [
     "AsyncHeldLock",
     "AsyncXactLock",
     "Error",
+    "FenceRefused",
     "HeldLock",
     "Holder",
     "Lease",
     "LeaseLost",
+    "LeaseNotHeld",
     "LeaseTimeout",
     "LeasesUnavailable",
     "LockEntry",
@@ -43,9 +47,11 @@ __all__ = [
     "UnsafePooler",
     "XactLock",
     "__version__",
+    "fence",
     "holders",
     "key",
     "lease",
+    "lease_check",
     "lock",
     "lock_all",
     "session_lock",

@@ -63,6 +63,23 @@ class NotPreloaded(LeasesUnavailable):
     `shared_preload_libraries = 'advlock'` to postgresql.conf and restart PostgreSQL."""
 
 
+class FenceRefused(Error):
+    """advlock_fence refused this writer's token (SQLSTATE LK001): a larger token has already
+    passed the fence, so a newer holder has taken over. The transaction is aborted: roll it
+    back and stop writing. `token` is the refused token, `passed` the one that had passed."""
+
+    def __init__(self, message: str, token: int, passed: int | None, detail: str | None = None) -> None:
+        super().__init__(message if not detail else f"{message}\nDETAIL: {detail}")
+        self.token = token
+        self.passed = passed
+        self.detail = detail
+
+
+class LeaseNotHeld(LeaseLost):
+    """advlock_lease_check found the lease no longer held (SQLSTATE LK002) inside the writer's
+    transaction: it expired or was released. The transaction is aborted: roll it back."""
+
+
 class NotInstalled(Error):
     """Neither the advlock extension nor the SQL edition is installed in the database (and no
     schema= named where it is)."""
@@ -132,3 +149,28 @@ def as_lock_timeout(exc: BaseException) -> LockTimeout | None:
         orig = getattr(e, "orig", None)
         todo += [orig if isinstance(orig, BaseException) else None, e.__cause__, e.__context__]
     return found
+
+
+def find_sqlstate(exc: BaseException, sqlstate: str) -> BaseException | None:
+    """The driver error with that SQLSTATE in exc's chain (SQLAlchemy's .orig, causes), or None."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if getattr(e, "sqlstate", None) == sqlstate:
+            return e
+        orig = getattr(e, "orig", None)
+        todo += [orig if isinstance(orig, BaseException) else None, e.__cause__, e.__context__]
+    return None
+
+
+def server_text(e: BaseException) -> tuple[str, str | None]:
+    """(message, detail) of a psycopg or asyncpg error."""
+    diag = getattr(e, "diag", None)
+    if diag is not None:
+        return str(getattr(diag, "message_primary", None) or e), getattr(diag, "message_detail", None)
+    detail = getattr(e, "detail", None)
+    return str(getattr(e, "message", None) or e), detail if isinstance(detail, str) else None
