@@ -36,11 +36,21 @@ if version == "0.5.0":
     # What 0.5.0 adds to 0.4.0's SQL objects, in install order: the C functions pgrx generates
     # (their CREATE FUNCTION blocks, from the schema) and the hand-written SQL files of new
     # objects (whole files). Objects 0.4.0 had and 0.5.0 changes are replaced in place here too.
-    NEW_FUNCTIONS = ()
+    NEW_FUNCTIONS = ("advlock_campaign", "advlock_leader", "advlock_observe_leader", "advlock_resign",
+                     "advlock_lease_candidates", "advlock_term_stats")
     NEW_SQL_FILES = ()
     VIEW_FILES = ("sql/holders.sql", "sql/stats.sql", "sql/metrics.sql", "sql/leases.sql", "sql/lock_table.sql")
     functions = function_blocks(NEW_FUNCTIONS) if NEW_FUNCTIONS else []
     files = [(repo / f).read_text() for f in NEW_SQL_FILES]
+    # Leader election (src/election.rs): its two procedures (pgrx's "election_waits" block), then
+    # the lease views with the election's columns appended, replaced in place (CREATE OR REPLACE
+    # VIEW keeps their privileges and the views users built on them).
+    election = next(b for b in blocks if "CREATE PROCEDURE @extschema@.advlock_wait_campaign" in b)
+    files.append("".join(line for line in election.splitlines(True) if not re.match(r"-- src/", line)))
+    lease_views = re.findall(r"^CREATE VIEW @extschema@\.advlock_lease\w* AS\n.*?;\n",
+                             (repo / "sql/leases.sql").read_text(), re.S | re.M)
+    assert len(lease_views) == 2, lease_views
+    files.append("".join(v.replace("CREATE VIEW", "CREATE OR REPLACE VIEW", 1) for v in lease_views))
     # The views' descriptions, which live beside each view in the hand-written files: all
     # re-applied, so a changed one reaches updated installs (0.5.0: advlock_lock_table's, ASCII).
     views = "".join(m.group(0) for f in VIEW_FILES

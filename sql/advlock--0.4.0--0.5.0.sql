@@ -4,6 +4,197 @@
 -- The generated section and the comments after it are written by scripts/upgrade_sections.py 0.5.0.
 
 -- <generated: new objects>
+-- advlock::election::advlock_campaign
+CREATE  FUNCTION "advlock_campaign"(
+	"key" bigint, /* Option < i64 > */
+	"ttl_ms" INT, /* Option < i32 > */
+	"timeout_ms" INT, /* Option < i32 > */
+	"candidate" text /* Option < ServerText > */
+) RETURNS bigint /* Option < i64 > */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'campaign_key_wrapper';
+
+-- advlock::election::advlock_campaign
+CREATE  FUNCTION "advlock_campaign"(
+	"ns" text, /* Option < ServerText > */
+	"id" text, /* Option < ServerText > */
+	"ttl_ms" INT, /* Option < i32 > */
+	"timeout_ms" INT, /* Option < i32 > */
+	"candidate" text /* Option < ServerText > */
+) RETURNS bigint /* Option < i64 > */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'campaign_text_wrapper';
+
+-- advlock::election::advlock_campaign
+CREATE  FUNCTION "advlock_campaign"(
+	"ns" text, /* Option < ServerText > */
+	"id" bigint, /* Option < i64 > */
+	"ttl_ms" INT, /* Option < i32 > */
+	"timeout_ms" INT, /* Option < i32 > */
+	"candidate" text /* Option < ServerText > */
+) RETURNS bigint /* Option < i64 > */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'campaign_int_wrapper';
+
+-- advlock::election::advlock_leader
+CREATE  FUNCTION "advlock_leader"(
+	"key" bigint /* Option < i64 > */
+) RETURNS TABLE (
+	"term" bigint,  /* i64 */
+	"candidate" text,  /* Option < ServerTextOut > */
+	"since" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"pid" INT,  /* i32 */
+	"application_name" text  /* Option < ServerTextOut > */
+)
+VOLATILE PARALLEL RESTRICTED 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'leader_key_wrapper';
+
+-- advlock::election::advlock_leader
+CREATE  FUNCTION "advlock_leader"(
+	"ns" text, /* Option < ServerText > */
+	"id" text /* Option < ServerText > */
+) RETURNS TABLE (
+	"term" bigint,  /* i64 */
+	"candidate" text,  /* Option < ServerTextOut > */
+	"since" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"pid" INT,  /* i32 */
+	"application_name" text  /* Option < ServerTextOut > */
+)
+VOLATILE PARALLEL RESTRICTED 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'leader_text_wrapper';
+
+-- advlock::election::advlock_leader
+CREATE  FUNCTION "advlock_leader"(
+	"ns" text, /* Option < ServerText > */
+	"id" bigint /* Option < i64 > */
+) RETURNS TABLE (
+	"term" bigint,  /* i64 */
+	"candidate" text,  /* Option < ServerTextOut > */
+	"since" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"pid" INT,  /* i32 */
+	"application_name" text  /* Option < ServerTextOut > */
+)
+VOLATILE PARALLEL RESTRICTED 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'leader_int_wrapper';
+
+-- advlock::leases::advlock_lease_candidates
+CREATE  FUNCTION "advlock_lease_candidates"() RETURNS TABLE (
+	"lease" bigint,  /* i64 */
+	"candidate" text  /* ServerTextOut */
+)
+STRICT VOLATILE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'advlock_lease_candidates_wrapper';
+
+-- advlock::election::advlock_observe_leader
+CREATE  FUNCTION "advlock_observe_leader"(
+	"key" bigint, /* Option < i64 > */
+	"timeout_ms" INT, /* Option < i32 > */
+	"known_term" bigint DEFAULT NULL /* Option < i64 > */
+) RETURNS TABLE (
+	"changed" bool,  /* bool */
+	"term" bigint,  /* Option < i64 > */
+	"candidate" text,  /* Option < ServerTextOut > */
+	"since" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"pid" INT,  /* Option < i32 > */
+	"application_name" text  /* Option < ServerTextOut > */
+)
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'observe_key_wrapper';
+
+-- advlock::election::advlock_observe_leader
+CREATE  FUNCTION "advlock_observe_leader"(
+	"ns" text, /* Option < ServerText > */
+	"id" text, /* Option < ServerText > */
+	"timeout_ms" INT, /* Option < i32 > */
+	"known_term" bigint DEFAULT NULL /* Option < i64 > */
+) RETURNS TABLE (
+	"changed" bool,  /* bool */
+	"term" bigint,  /* Option < i64 > */
+	"candidate" text,  /* Option < ServerTextOut > */
+	"since" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"pid" INT,  /* Option < i32 > */
+	"application_name" text  /* Option < ServerTextOut > */
+)
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'observe_text_wrapper';
+
+-- advlock::election::advlock_observe_leader
+CREATE  FUNCTION "advlock_observe_leader"(
+	"ns" text, /* Option < ServerText > */
+	"id" bigint, /* Option < i64 > */
+	"timeout_ms" INT, /* Option < i32 > */
+	"known_term" bigint DEFAULT NULL /* Option < i64 > */
+) RETURNS TABLE (
+	"changed" bool,  /* bool */
+	"term" bigint,  /* Option < i64 > */
+	"candidate" text,  /* Option < ServerTextOut > */
+	"since" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"pid" INT,  /* Option < i32 > */
+	"application_name" text  /* Option < ServerTextOut > */
+)
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'observe_int_wrapper';
+
+-- advlock::election::advlock_resign
+CREATE  FUNCTION "advlock_resign"(
+	"term" bigint /* Option < i64 > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'resign_wrapper';
+
+-- advlock::leases::advlock_term_stats
+CREATE  FUNCTION "advlock_term_stats"() RETURNS TABLE (
+	"terms_started" bigint,  /* i64 */
+	"terms_expired" bigint,  /* i64 */
+	"terms_resigned" bigint  /* i64 */
+)
+STRICT VOLATILE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'advlock_term_stats_wrapper';
+
+-- requires:
+--   snapshot_free_wait
+
+
+-- Leader election's snapshot-free waits (src/election.rs), C functions declared like the above.
+CREATE PROCEDURE @extschema@.advlock_wait_campaign(
+    key bigint, ttl_ms integer, timeout_ms integer, candidate text, INOUT term bigint DEFAULT NULL)
+  LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_wait_campaign';
+CREATE PROCEDURE @extschema@.advlock_wait_leader(
+    key bigint, timeout_ms integer, known_term bigint DEFAULT NULL,
+    INOUT term bigint DEFAULT NULL, INOUT changed boolean DEFAULT NULL, INOUT candidate text DEFAULT NULL)
+  LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_wait_leader';
+
+CREATE OR REPLACE VIEW @extschema@.advlock_leases AS
+SELECT e.key, e.label, e.slots, e.lease, e.granted,
+       pg_catalog.pg_get_userbyid(e.role) AS role,
+       e.pid, e.application_name, e.granted_at, e.renewed_at, e.expires_at, e.waiting_since,
+       c.candidate
+  FROM @extschema@.advlock_lease_entries() e
+  LEFT JOIN @extschema@.advlock_lease_candidates() c ON c.lease = e.lease;
+CREATE OR REPLACE VIEW @extschema@.advlock_lease_stats AS
+SELECT s.capacity, s.held, s.waiting, s.granted, s.released, s.expired, s.renewed, s.timed_out,
+       t.terms_started, t.terms_expired, t.terms_resigned
+  FROM @extschema@.advlock_lease_stats() s
+ CROSS JOIN @extschema@.advlock_term_stats() t;
+
 COMMENT ON VIEW @extschema@.advlock_holders IS
   'advlock: advisory locks in this database, holders and waiters, with their backends';
 COMMENT ON VIEW @extschema@.advlock_stats IS
@@ -13,9 +204,9 @@ COMMENT ON VIEW @extschema@.advlock_stats_info IS
 COMMENT ON VIEW @extschema@.advlock_metrics IS
   'advlock: gauges per namespace (holders, leaked and idle-in-transaction holders, hidden holders, waiters, oldest wait and hold) and, preloaded, the acquisition counters; for exporters';
 COMMENT ON VIEW @extschema@.advlock_leases IS
-  'advlock: one row per lease held (lease id = fencing token, role, who took or last renewed it, expires_at) and per backend waiting for one (waiting_since) in this database; needs shared_preload_libraries';
+  'advlock: one row per lease held (lease id = fencing token, role, who took or last renewed it, expires_at, the candidate of an election term) and per backend waiting for one (waiting_since) in this database; needs shared_preload_libraries';
 COMMENT ON VIEW @extschema@.advlock_lease_stats IS
-  'advlock: lease table use (capacity = advlock.max_leases, held, waiting) and totals since the server started, all databases: granted, released, expired (not renewed in time), renewed, timed_out waits; needs shared_preload_libraries';
+  'advlock: lease table use (capacity = advlock.max_leases, held, waiting) and totals since the server started, all databases: granted, released, expired (not renewed in time), renewed, timed_out waits; election terms started, expired and resigned; needs shared_preload_libraries';
 COMMENT ON VIEW @extschema@.advlock_lock_table IS
   'advlock: shared lock table use per database (datname NULL: locks of no database, e.g. transaction ids): lock_entries of every type, advisory_entries among them, and the capacity max_locks_per_transaction * (max_connections + autovacuum, background and WAL sender slots + max_prepared_transactions); for exporters';
 -- </generated: new objects>
@@ -98,6 +289,35 @@ COMMENT ON FUNCTION @extschema@.advlock_lease_entries() IS
   'advlock (internal, feeds the advlock_leases view; may change): one row per lease held or awaited in this database';
 COMMENT ON FUNCTION @extschema@.advlock_lease_stats() IS
   'advlock (internal, feeds the advlock_lease_stats view; may change): lease table use and totals';
+COMMENT ON FUNCTION @extschema@.advlock_lease_candidates() IS
+  'advlock (internal, feeds advlock_leases.candidate; may change): the candidate of each election term held in this database, by lease id';
+COMMENT ON FUNCTION @extschema@.advlock_term_stats() IS
+  'advlock (internal, feeds the terms_* columns of advlock_lease_stats; may change): election terms started, expired and resigned since the server started';
+
+COMMENT ON FUNCTION @extschema@.advlock_campaign(pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.text) IS
+  'advlock: campaign for leadership of key: wait at most timeout_ms for its one-slot lease (first come, first served) and hold it for ttl_ms as candidate; returns the term (the lease id, a fencing token larger than every earlier term) or NULL when the wait ran out; renew with advlock_lease_renew, end with advlock_resign; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_campaign(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int4, pg_catalog.text) IS
+  'advlock: campaign for leadership of advlock_key(ns, id) as candidate for ttl_ms, waiting at most timeout_ms; returns the term (lease id, fencing token) or NULL when the wait ran out; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_campaign(pg_catalog.text, pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.text) IS
+  'advlock: campaign for leadership of advlock_key(ns, id) as candidate for ttl_ms, waiting at most timeout_ms; returns the term (lease id, fencing token) or NULL when the wait ran out; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_leader(pg_catalog.int8) IS
+  'advlock: the leader of key now: term, candidate, since, expires_at and the pid and application_name of its last renewal; no row when nobody leads; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_leader(pg_catalog.text, pg_catalog.text) IS
+  'advlock: the leader of advlock_key(ns, id) now (term, candidate, since, expires_at, pid, application_name); no row when nobody leads; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_leader(pg_catalog.text, pg_catalog.int8) IS
+  'advlock: the leader of advlock_key(ns, id) now (term, candidate, since, expires_at, pid, application_name); no row when nobody leads; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_observe_leader(pg_catalog.int8, pg_catalog.int4, pg_catalog.int8) IS
+  'advlock: wait at most timeout_ms, without polling, until the leader of key differs from known_term (NULL: no leader), woken by a grant, a resignation or an expiry; one row: changed (false when the wait ran out) and the leader now (term NULL: none); needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_observe_leader(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int8) IS
+  'advlock: wait at most timeout_ms until the leader of advlock_key(ns, id) differs from known_term (NULL: no leader); one row: changed and the leader now (term NULL: none); needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_observe_leader(pg_catalog.text, pg_catalog.int8, pg_catalog.int4, pg_catalog.int8) IS
+  'advlock: wait at most timeout_ms until the leader of advlock_key(ns, id) differs from known_term (NULL: no leader); one row: changed and the leader now (term NULL: none); needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_resign(pg_catalog.int8) IS
+  'advlock: end the term now (release its lease) and hand the key to the next candidate; false when it had already ended (expired or released)';
+COMMENT ON PROCEDURE @extschema@.advlock_wait_campaign(pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.text, pg_catalog.int8) IS
+  'advlock: CALL outside a transaction block: commit, then campaign like advlock_campaign holding no snapshot; term is the term won or NULL when the wait ran out; needs shared_preload_libraries';
+COMMENT ON PROCEDURE @extschema@.advlock_wait_leader(pg_catalog.int8, pg_catalog.int4, pg_catalog.int8, pg_catalog.int8, boolean, pg_catalog.text) IS
+  'advlock: CALL outside a transaction block: commit, then observe like advlock_observe_leader holding no snapshot (for long waits: no xmin held back); term and candidate of the leader after the wait, changed whether it differs from known_term; needs shared_preload_libraries';
 
 COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.int8, pg_catalog.text) IS
   'advlock: whether this backend holds the advisory lock on key in mode (any scope); the check a leader runs before each unit of work';

@@ -76,6 +76,35 @@ COMMENT ON FUNCTION @extschema@.advlock_lease_entries() IS
   'advlock (internal, feeds the advlock_leases view; may change): one row per lease held or awaited in this database';
 COMMENT ON FUNCTION @extschema@.advlock_lease_stats() IS
   'advlock (internal, feeds the advlock_lease_stats view; may change): lease table use and totals';
+COMMENT ON FUNCTION @extschema@.advlock_lease_candidates() IS
+  'advlock (internal, feeds advlock_leases.candidate; may change): the candidate of each election term held in this database, by lease id';
+COMMENT ON FUNCTION @extschema@.advlock_term_stats() IS
+  'advlock (internal, feeds the terms_* columns of advlock_lease_stats; may change): election terms started, expired and resigned since the server started';
+
+COMMENT ON FUNCTION @extschema@.advlock_campaign(pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.text) IS
+  'advlock: campaign for leadership of key: wait at most timeout_ms for its one-slot lease (first come, first served) and hold it for ttl_ms as candidate; returns the term (the lease id, a fencing token larger than every earlier term) or NULL when the wait ran out; renew with advlock_lease_renew, end with advlock_resign; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_campaign(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int4, pg_catalog.text) IS
+  'advlock: campaign for leadership of advlock_key(ns, id) as candidate for ttl_ms, waiting at most timeout_ms; returns the term (lease id, fencing token) or NULL when the wait ran out; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_campaign(pg_catalog.text, pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.text) IS
+  'advlock: campaign for leadership of advlock_key(ns, id) as candidate for ttl_ms, waiting at most timeout_ms; returns the term (lease id, fencing token) or NULL when the wait ran out; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_leader(pg_catalog.int8) IS
+  'advlock: the leader of key now: term, candidate, since, expires_at and the pid and application_name of its last renewal; no row when nobody leads; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_leader(pg_catalog.text, pg_catalog.text) IS
+  'advlock: the leader of advlock_key(ns, id) now (term, candidate, since, expires_at, pid, application_name); no row when nobody leads; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_leader(pg_catalog.text, pg_catalog.int8) IS
+  'advlock: the leader of advlock_key(ns, id) now (term, candidate, since, expires_at, pid, application_name); no row when nobody leads; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_observe_leader(pg_catalog.int8, pg_catalog.int4, pg_catalog.int8) IS
+  'advlock: wait at most timeout_ms, without polling, until the leader of key differs from known_term (NULL: no leader), woken by a grant, a resignation or an expiry; one row: changed (false when the wait ran out) and the leader now (term NULL: none); needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_observe_leader(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.int8) IS
+  'advlock: wait at most timeout_ms until the leader of advlock_key(ns, id) differs from known_term (NULL: no leader); one row: changed and the leader now (term NULL: none); needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_observe_leader(pg_catalog.text, pg_catalog.int8, pg_catalog.int4, pg_catalog.int8) IS
+  'advlock: wait at most timeout_ms until the leader of advlock_key(ns, id) differs from known_term (NULL: no leader); one row: changed and the leader now (term NULL: none); needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_resign(pg_catalog.int8) IS
+  'advlock: end the term now (release its lease) and hand the key to the next candidate; false when it had already ended (expired or released)';
+COMMENT ON PROCEDURE @extschema@.advlock_wait_campaign(pg_catalog.int8, pg_catalog.int4, pg_catalog.int4, pg_catalog.text, pg_catalog.int8) IS
+  'advlock: CALL outside a transaction block: commit, then campaign like advlock_campaign holding no snapshot; term is the term won or NULL when the wait ran out; needs shared_preload_libraries';
+COMMENT ON PROCEDURE @extschema@.advlock_wait_leader(pg_catalog.int8, pg_catalog.int4, pg_catalog.int8, pg_catalog.int8, boolean, pg_catalog.text) IS
+  'advlock: CALL outside a transaction block: commit, then observe like advlock_observe_leader holding no snapshot (for long waits: no xmin held back); term and candidate of the leader after the wait, changed whether it differs from known_term; needs shared_preload_libraries';
 
 COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.int8, pg_catalog.text) IS
   'advlock: whether this backend holds the advisory lock on key in mode (any scope); the check a leader runs before each unit of work';

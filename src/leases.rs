@@ -77,7 +77,7 @@ thread_local! {
 }
 
 /// A backend that exits (or is terminated) while waiting leaves no waiter entry behind.
-fn register_exit_callback() {
+pub(crate) fn register_exit_callback() {
     if !EXIT_CALLBACK.get() {
         // SAFETY: registers a static callback once per backend; it runs in this process at exit.
         unsafe { pg_sys::before_shmem_exit(Some(forget_me_at_exit), pg_sys::Datum::from(0)) };
@@ -107,6 +107,8 @@ pub(crate) struct LeaseArgs {
     ttl_ms: i32,
     timeout_ms: i32,
     slots: u32,
+    /// The candidate of a term (`advlock_campaign`, checked there); empty for a plain lease.
+    pub(crate) candidate: Vec<u8>,
 }
 
 /// Every argument check of a lease request, and the conditions it needs (preload, a writable
@@ -121,6 +123,7 @@ pub(crate) fn check_lease_arguments(
         ttl_ms: ttl(ttl_ms, function),
         timeout_ms: timeout(timeout_ms, function),
         slots: slot_count(slots, function),
+        candidate: Vec::new(),
     };
     if !table::available() {
         shmem::require_preload(function);
@@ -152,6 +155,7 @@ pub(crate) fn take(
         ttl_ms,
         timeout_ms,
         slots,
+        candidate,
     } = args;
     register_exit_callback();
     let (database, key, me) = (backend::database(), target.key, table::me());
@@ -196,11 +200,15 @@ pub(crate) fn take(
                     ttl_ms,
                     app: &app,
                     label: &label[..label_len],
+                    candidate: &candidate,
                 },
                 backend::now(),
             )
         });
         crate::provisional::lease_taken(id);
+        if !candidate.is_empty() {
+            crate::election::term_started(&target, id, &candidate);
+        }
         Some(id)
     })
     .catch_others(|error| {
@@ -335,7 +343,7 @@ fn check_may_manage(function: &str, verb: &str, id: i64, role: u32) {
     }
 }
 
-fn require_leases(function: &str) {
+pub(crate) fn require_leases(function: &str) {
     if !table::available() {
         shmem::require_preload(function);
     }
@@ -356,15 +364,16 @@ fn lease_renew(lease: Option<i64>, ttl_ms: Option<i32>) -> bool {
         let Some(l) = t.find(database, id) else {
             return false;
         };
-        let key = l.key;
+        let (key, term) = (l.key, l.is_term());
         if l.expires_at <= now {
             // Too late: it ended at expires_at even if nobody noticed until now.
             l.state = State::Free;
-            t.count_expired();
+            t.count_expired(database, key, term);
             t.settle(database, key, now);
             crate::provisional::lease_ended(id);
             return false;
         }
+        let earlier = now + i64::from(ttl_ms) * 1000 < l.expires_at;
         l.expires_at = now + i64::from(ttl_ms) * 1000;
         l.ttl_ms = ttl_ms;
         l.renewed_at = now;
@@ -372,8 +381,12 @@ fn lease_renew(lease: Option<i64>, ttl_ms: Option<i32>) -> bool {
         l.procno = me.procno;
         l.app_len = table::copy_clipped(&mut l.app, &app);
         t.count_renewed();
-        // A shorter TTL moves the next expiry earlier: the key's oldest waiter recomputes.
+        // A shorter TTL moves the next expiry earlier: the key's oldest waiter recomputes, and
+        // so do its observers (they wake at the leader's expiry).
         t.settle(database, key, now);
+        if earlier {
+            t.wake_observers(database, key);
+        }
         true
     })
     .unwrap_or(false)
@@ -382,11 +395,17 @@ fn lease_renew(lease: Option<i64>, ttl_ms: Option<i32>) -> bool {
 #[pg_extern(name = "advlock_lease_release", volatile, parallel_unsafe)]
 fn lease_release(lease: Option<i64>) -> bool {
     let id = required(lease, RELEASE, "lease");
-    require_leases(RELEASE);
+    release_lease(RELEASE, id)
+}
+
+/// Ends lease `id` (a term too: `advlock_resign`) for its role or a member of it; false when it
+/// had already ended.
+pub(crate) fn release_lease(function: &str, id: i64) -> bool {
+    require_leases(function);
     let Some(role) = owner_of(id) else {
         return false;
     };
-    check_may_manage(RELEASE, "release", id, role);
+    check_may_manage(function, "release", id, role);
     let ended = table::end(backend::database(), id);
     crate::provisional::lease_ended(id);
     ended == Ended::Released
@@ -557,8 +576,55 @@ fn advlock_lease_stats() -> TableIterator<
     TableIterator::once(row)
 }
 
+/// The candidates of the terms held in this database: joined into the `advlock_leases` view by
+/// lease id (a function of its own, so that `advlock_lease_entries` keeps its 0.4.0 row type).
+#[pg_extern(volatile, parallel_restricted)]
+fn advlock_lease_candidates(
+) -> TableIterator<'static, (name!(lease, i64), name!(candidate, ServerTextOut))> {
+    let database = backend::database();
+    let rows = table::with_table(false, |t| {
+        t.leases
+            .iter()
+            .filter(|l| l.state == table::State::Held && l.database == database && l.is_term())
+            .map(|l| {
+                (
+                    l.id,
+                    ServerTextOut(l.candidate[..l.candidate_len as usize].to_vec()),
+                )
+            })
+            .collect::<Vec<_>>()
+    })
+    .unwrap_or_default();
+    TableIterator::new(rows)
+}
+
+/// Terms since the server started (all databases), for the `advlock_lease_stats` view.
+#[pg_extern(volatile, parallel_restricted)]
+#[allow(clippy::type_complexity)]
+fn advlock_term_stats() -> TableIterator<
+    'static,
+    (
+        name!(terms_started, i64),
+        name!(terms_expired, i64),
+        name!(terms_resigned, i64),
+    ),
+> {
+    require_leases("advlock_term_stats");
+    let c = table::with_table(false, |t| t.counters()).expect("the lease table exists");
+    TableIterator::once((
+        c.terms_started as i64,
+        c.terms_expired as i64,
+        c.terms_resigned as i64,
+    ))
+}
+
 pgrx::extension_sql_file!(
     "../sql/leases.sql",
     name = "leases",
-    requires = [advlock_lease_entries, advlock_lease_stats]
+    requires = [
+        advlock_lease_entries,
+        advlock_lease_stats,
+        advlock_lease_candidates,
+        advlock_term_stats
+    ]
 );

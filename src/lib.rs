@@ -7,6 +7,7 @@ mod acquisition;
 mod activity;
 mod backend;
 mod diagnostics;
+mod election;
 mod errors;
 mod fencing;
 mod gucs;

@@ -1,4 +1,6 @@
-//! Waits that hold no snapshot: `CALL advlock_wait_lock(…)` and `CALL advlock_wait_lease(…)`.
+//! Waits that hold no snapshot: `CALL advlock_wait_lock(…)`, `CALL advlock_wait_lease(…)`, and for
+//! leader election `CALL advlock_wait_campaign(…)` and `CALL advlock_wait_leader(…)` (a follower
+//! observes for minutes: a snapshot held that long would also hold back VACUUM's horizon).
 //!
 //! A backend waiting for a lock inside a statement holds that statement's snapshot, and
 //! `CREATE INDEX CONCURRENTLY` waits for every backend whose snapshot is older than its own
@@ -23,6 +25,8 @@ use pgrx::prelude::*;
 
 const WAIT_LOCK: &str = "advlock_wait_lock";
 const WAIT_LEASE: &str = "advlock_wait_lease";
+const WAIT_CAMPAIGN: &str = "advlock_wait_campaign";
+const WAIT_LEADER: &str = "advlock_wait_leader";
 
 /// # Safety
 /// `fcinfo` is this call's.
@@ -61,11 +65,15 @@ unsafe fn commit_first(fcinfo: pg_sys::FunctionCallInfo, function: &str) {
     }
 }
 
-/// The procedure's one INOUT parameter, as the record `CALL` returns.
+/// The procedure's INOUT parameters, in order, as the record `CALL` returns.
 ///
 /// # Safety
-/// `fcinfo` is this call's; SPI is connected (`commit_first`).
-unsafe fn finish(fcinfo: pg_sys::FunctionCallInfo, value: Option<pg_sys::Datum>) -> pg_sys::Datum {
+/// `fcinfo` is this call's; SPI is connected (`commit_first`); `values` has one entry per INOUT
+/// parameter, each a datum of its type (or None for NULL).
+unsafe fn finish(
+    fcinfo: pg_sys::FunctionCallInfo,
+    values: &[Option<pg_sys::Datum>],
+) -> pg_sys::Datum {
     // SAFETY: SPI_finish returns to the caller's memory context, where the result tuple must
     // live; get_call_result_type builds the row type from the procedure's output parameters.
     unsafe {
@@ -80,8 +88,11 @@ unsafe fn finish(fcinfo: pg_sys::FunctionCallInfo, value: Option<pg_sys::Datum>)
             .raise();
         }
         let tupdesc = pg_sys::BlessTupleDesc(tupdesc);
-        let mut values = [value.unwrap_or(pg_sys::Datum::from(0))];
-        let mut nulls = [value.is_none()];
+        let mut nulls: Vec<bool> = values.iter().map(Option::is_none).collect();
+        let mut values: Vec<pg_sys::Datum> = values
+            .iter()
+            .map(|v| v.unwrap_or(pg_sys::Datum::from(0)))
+            .collect();
         let tuple = pg_sys::heap_form_tuple(tupdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
         pg_sys::HeapTupleHeaderGetDatum((*tuple).t_data)
     }
@@ -103,7 +114,7 @@ pub unsafe extern "C-unwind" fn advlock_wait_lock(
         commit_first(fcinfo, WAIT_LOCK);
         let acquired =
             crate::acquisition::acquire(WAIT_LOCK, &target, timeout_ms, Scope::Session, mode);
-        finish(fcinfo, Some(pg_sys::Datum::from(acquired)))
+        finish(fcinfo, &[Some(pg_sys::Datum::from(acquired))])
     }
 }
 
@@ -124,7 +135,61 @@ pub unsafe extern "C-unwind" fn advlock_wait_lease(
         let args = crate::leases::check_lease_arguments(WAIT_LEASE, ttl_ms, timeout_ms, slots);
         commit_first(fcinfo, WAIT_LEASE);
         let lease = crate::leases::take(WAIT_LEASE, target, args, fcinfo);
-        finish(fcinfo, lease.map(pg_sys::Datum::from))
+        finish(fcinfo, &[lease.map(pg_sys::Datum::from)])
+    }
+}
+
+/// `CALL advlock_wait_campaign(key, ttl_ms, timeout_ms, candidate, term => NULL)`: a campaign,
+/// waited for with no snapshot held; `term` is the term won, or NULL when the wait ran out.
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn advlock_wait_campaign(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: fcinfo is this call's; the arguments are read (and the candidate copied) before
+    // the commit.
+    unsafe {
+        let key = arg::<i64>(fcinfo, 0);
+        let ttl_ms = arg::<i32>(fcinfo, 1);
+        let timeout_ms = arg::<i32>(fcinfo, 2);
+        let candidate = arg::<ServerText>(fcinfo, 3);
+        let target = Target::from_key(key, WAIT_CAMPAIGN);
+        let args =
+            crate::election::check_campaign_arguments(WAIT_CAMPAIGN, ttl_ms, timeout_ms, candidate);
+        commit_first(fcinfo, WAIT_CAMPAIGN);
+        let term = crate::leases::take(WAIT_CAMPAIGN, target, args, fcinfo);
+        finish(fcinfo, &[term.map(pg_sys::Datum::from)])
+    }
+}
+
+/// `CALL advlock_wait_leader(key, timeout_ms, known_term, term => NULL, changed => NULL,
+/// candidate => NULL)`: `advlock_observe_leader` with no snapshot held; `term` and `candidate`
+/// are the leader's after the wait (NULL: none), `changed` whether it differs from known_term.
+#[no_mangle]
+#[pg_guard]
+pub unsafe extern "C-unwind" fn advlock_wait_leader(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: fcinfo is this call's; the arguments are read before the commit.
+    unsafe {
+        let key = arg::<i64>(fcinfo, 0);
+        let timeout_ms = timeout(arg::<i32>(fcinfo, 1), WAIT_LEADER);
+        let known = arg::<i64>(fcinfo, 2);
+        let target = Target::from_key(key, WAIT_LEADER);
+        crate::leases::require_leases(WAIT_LEADER);
+        commit_first(fcinfo, WAIT_LEADER);
+        let observed = crate::election::observe(target.key, timeout_ms, known);
+        let candidate = observed
+            .candidate()
+            .and_then(|c| crate::server_text::ServerTextOut(c).into_datum());
+        finish(
+            fcinfo,
+            &[
+                observed.term().map(pg_sys::Datum::from),
+                Some(pg_sys::Datum::from(observed.changed)),
+                candidate,
+            ],
+        )
     }
 }
 
@@ -136,6 +201,18 @@ pub extern "C" fn pg_finfo_advlock_wait_lock() -> &'static pg_sys::Pg_finfo_reco
 
 #[no_mangle]
 pub extern "C" fn pg_finfo_advlock_wait_lease() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_advlock_wait_campaign() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+#[no_mangle]
+pub extern "C" fn pg_finfo_advlock_wait_leader() -> &'static pg_sys::Pg_finfo_record {
     const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
     &V1
 }
@@ -152,4 +229,19 @@ CREATE PROCEDURE @extschema@.advlock_wait_lease(
   LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_wait_lease';
 "#,
     name = "snapshot_free_wait",
+);
+
+pgrx::extension_sql!(
+    r#"
+-- Leader election's snapshot-free waits (src/election.rs), C functions declared like the above.
+CREATE PROCEDURE @extschema@.advlock_wait_campaign(
+    key bigint, ttl_ms integer, timeout_ms integer, candidate text, INOUT term bigint DEFAULT NULL)
+  LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_wait_campaign';
+CREATE PROCEDURE @extschema@.advlock_wait_leader(
+    key bigint, timeout_ms integer, known_term bigint DEFAULT NULL,
+    INOUT term bigint DEFAULT NULL, INOUT changed boolean DEFAULT NULL, INOUT candidate text DEFAULT NULL)
+  LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_wait_leader';
+"#,
+    name = "election_waits",
+    requires = ["snapshot_free_wait"],
 );

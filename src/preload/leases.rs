@@ -16,12 +16,21 @@
 //! token outside the lock and confirms it (`confirm`); it cannot expire before that, so for a key
 //! with one slot each grant starts after the previous lease ended, after that lease's token was
 //! drawn: tokens of successive holders grow.
+//!
+//! Observers (`crate::election`): a backend waiting for a key's leader to change registers an
+//! observer entry (one per backend, like waiter entries) and sleeps on its latch. Every path that
+//! changes who holds a key — a grant confirmed (a new term), a release, an expiry noticed, a
+//! reservation given up — sets the latches of the key's observers (`wake_observers`); the
+//! observer itself also wakes at the leader's expiry and settles the key, so an expiry that
+//! nobody else notices still ends the term on time.
 use crate::backend;
 use crate::preload::shmem;
 use pgrx::pg_sys;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 pub const APP_NAME_BYTES: usize = 64;
+/// A candidate description (`advlock_campaign`): at most this many bytes in the server encoding.
+pub const CANDIDATE_BYTES: usize = 128;
 /// A lease's label is an advisory lock label, as `labels::label_text` composes it.
 const LABEL_BYTES: usize = crate::preload::labels::LABEL_BYTES;
 const NONE: i32 = -1;
@@ -52,6 +61,10 @@ pub struct Counters {
     pub expired: u64,
     pub renewed: u64,
     pub timed_out: u64,
+    /// Leases taken by `advlock_campaign` (terms), and how they ended.
+    pub terms_started: u64,
+    pub terms_expired: u64,
+    pub terms_resigned: u64,
 }
 
 #[repr(C)]
@@ -74,6 +87,36 @@ pub struct Lease {
     pub app: [u8; APP_NAME_BYTES],
     pub label_len: u32,
     pub label: [u8; LABEL_BYTES],
+    /// The candidate of a term (`advlock_campaign`); 0 bytes for a plain lease.
+    pub candidate_len: u32,
+    pub candidate: [u8; CANDIDATE_BYTES],
+}
+
+impl Lease {
+    /// Whether this lease is a term of an election (taken by `advlock_campaign`).
+    pub fn is_term(&self) -> bool {
+        self.candidate_len > 0
+    }
+}
+
+/// A backend waiting for the leader of a key to change (`crate::election`).
+#[repr(C)]
+pub struct Observer {
+    /// 0 when the entry is free.
+    pub pid: i32,
+    pub procno: i32,
+    pub database: u32,
+    pub key: i64,
+}
+
+/// Who leads a key now, as an observer sees it.
+pub enum Leadership {
+    /// A live lease holds the key: its index.
+    Held(usize),
+    /// A waiter was given the key and is drawing its token: a new term is about to start.
+    Starting,
+    /// Nobody holds the key.
+    Vacant,
 }
 
 #[repr(C)]
@@ -107,7 +150,10 @@ fn capacities() -> (usize, usize) {
 
 fn shmem_size() -> usize {
     let (leases, waiters) = capacities();
-    size_of::<Header>() + leases * size_of::<Lease>() + waiters * size_of::<Waiter>()
+    // One observer entry per backend, as for waiters.
+    size_of::<Header>()
+        + leases * size_of::<Lease>()
+        + waiters * (size_of::<Waiter>() + size_of::<Observer>())
 }
 
 /// # Safety
@@ -115,13 +161,14 @@ fn shmem_size() -> usize {
 unsafe fn shmem_attach() {
     let (leases, waiters) = capacities();
     // SAFETY: the size was requested in shmem_request; ShmemInitStruct's result is MAXALIGNed,
-    // enough for every field here (align <= 8), and Lease/Waiter sizes are multiples of 8.
+    // enough for every field here (align <= 8), and Lease/Waiter/Observer sizes are multiples
+    // of 8.
     unsafe {
         let (ptr, found) = shmem::init_struct(c"advlock leases", shmem_size());
         let header = ptr.cast::<Header>();
         if !found {
-            // Zero is a valid empty table: every State is Free (0), and `reserved` is set
-            // whenever a waiter entry is claimed.
+            // Zero is a valid empty table: every State is Free (0), every observer pid 0, and
+            // `reserved` is set whenever a waiter entry is claimed.
             core::ptr::write_bytes(ptr, 0, shmem_size());
             (*header).lease_capacity = leases as u32;
             (*header).waiter_capacity = waiters as u32;
@@ -135,6 +182,7 @@ pub struct Table {
     header: *mut Header,
     pub leases: &'static mut [Lease],
     pub waiters: &'static mut [Waiter],
+    pub observers: &'static mut [Observer],
     exclusive: bool,
 }
 
@@ -167,10 +215,14 @@ pub fn with_table<R>(exclusive: bool, f: impl FnOnce(&mut Table) -> R) -> Option
         let waiters_ptr = leases_ptr.add(leases.len()).cast::<Waiter>();
         let waiters =
             core::slice::from_raw_parts_mut(waiters_ptr, (*header).waiter_capacity as usize);
+        let observers_ptr = waiters_ptr.add(waiters.len()).cast::<Observer>();
+        let observers =
+            core::slice::from_raw_parts_mut(observers_ptr, (*header).waiter_capacity as usize);
         let mut table = Table {
             header,
             leases,
             waiters,
+            observers,
             exclusive,
         };
         let result = f(&mut table);
@@ -225,6 +277,9 @@ impl Table {
         let reserved = self.waiters[waiter].reserved;
         if reserved != NONE && self.leases[reserved as usize].state == State::Pending {
             self.leases[reserved as usize].state = State::Free;
+            // Observers waiting for the term this reservation would have started look again.
+            let (database, key) = (self.waiters[waiter].database, self.waiters[waiter].key);
+            self.wake_observers(database, key);
         }
         self.waiters[waiter].pid = 0;
         self.waiters[waiter].reserved = NONE;
@@ -258,7 +313,8 @@ impl Table {
     pub fn settle(&mut self, database: u32, key: i64, now: i64) -> bool {
         // One pass over the key's leases: free the expired and those reserved for a vanished
         // waiter (defensive: exit callbacks remove those), count the rest.
-        let (mut live, mut slots, mut expired) = (0u32, None, 0u64);
+        let (mut live, mut slots, mut expired, mut terms_expired) = (0u32, None, 0u64, 0u64);
+        let mut vanished = false;
         for l in self.leases.iter_mut() {
             if l.state == State::Free || l.database != database || l.key != key {
                 continue;
@@ -267,8 +323,12 @@ impl Table {
                 State::Held if l.expires_at <= now => {
                     l.state = State::Free;
                     expired += 1;
+                    terms_expired += u64::from(l.is_term());
                 }
-                State::Pending if !backend::backend_alive(l.procno, l.pid) => l.state = State::Free,
+                State::Pending if !backend::backend_alive(l.procno, l.pid) => {
+                    l.state = State::Free;
+                    vanished = true;
+                }
                 _ => {
                     live += 1;
                     slots = Some(l.slots);
@@ -276,6 +336,11 @@ impl Table {
             }
         }
         self.counters_mut().expired += expired;
+        self.counters_mut().terms_expired += terms_expired;
+        if expired > 0 || vanished {
+            // The key's holders changed: its observers look again.
+            self.wake_observers(database, key);
+        }
         for w in self.waiters.iter_mut() {
             if w.pid == 0 || w.database != database || w.key != key {
                 continue;
@@ -325,6 +390,8 @@ impl Table {
                 app: [0; APP_NAME_BYTES],
                 label_len: 0,
                 label: [0; LABEL_BYTES],
+                candidate_len: 0,
+                candidate: [0; CANDIDATE_BYTES],
             };
             set_latch_of(w.procno);
             live += 1;
@@ -348,14 +415,22 @@ impl Table {
         if let Some(free) = self.leases.iter().position(|l| l.state == State::Free) {
             return Some(free);
         }
-        let mut expired = 0;
+        let (mut expired, mut terms_expired, mut keys) = (0, 0, Vec::new());
         for l in self.leases.iter_mut() {
             if l.state == State::Held && l.expires_at <= now {
                 l.state = State::Free;
                 expired += 1;
+                if l.is_term() {
+                    terms_expired += 1;
+                    keys.push((l.database, l.key));
+                }
             }
         }
         self.counters_mut().expired += expired;
+        self.counters_mut().terms_expired += terms_expired;
+        for (database, key) in keys {
+            self.wake_observers(database, key);
+        }
         self.leases.iter().position(|l| l.state == State::Free)
     }
 
@@ -391,7 +466,14 @@ impl Table {
         l.expires_at = now + i64::from(grant.ttl_ms) * 1000;
         l.app_len = copy_clipped(&mut l.app, grant.app);
         l.label_len = copy_clipped(&mut l.label, grant.label);
+        l.candidate_len = copy_clipped(&mut l.candidate, grant.candidate);
+        let (database, key, term) = (l.database, l.key, l.is_term());
         self.counters_mut().granted += 1;
+        if term {
+            self.counters_mut().terms_started += 1;
+        }
+        // A new holder: the key's observers see the new term.
+        self.wake_observers(database, key);
     }
 
     fn dequeue_keeping(&mut self, waiter: usize) {
@@ -418,14 +500,77 @@ impl Table {
         self.counters_mut().timed_out += 1;
     }
 
-    pub fn count_expired(&mut self) {
+    /// Lease `id`, found expired when someone renewed it too late, is freed now.
+    pub fn count_expired(&mut self, database: u32, key: i64, term: bool) {
         self.counters_mut().expired += 1;
+        if term {
+            self.counters_mut().terms_expired += 1;
+        }
+        self.wake_observers(database, key);
+    }
+
+    /// Sets the latch of every backend observing `key` of `database` (its leader changed or may
+    /// have).
+    pub fn wake_observers(&self, database: u32, key: i64) {
+        for o in self.observers.iter() {
+            if o.pid != 0 && o.database == database && o.key == key {
+                set_latch_of(o.procno);
+            }
+        }
+    }
+
+    /// Claims an observer entry for this backend. None when all are in use (cannot happen: one
+    /// entry per backend, and a backend observes one key at a time).
+    pub fn observe(&mut self, me: Me, database: u32, key: i64) -> Option<usize> {
+        let at = self.observers.iter().position(|o| o.pid == 0)?;
+        self.observers[at] = Observer {
+            pid: me.pid,
+            procno: me.procno,
+            database,
+            key,
+        };
+        Some(at)
+    }
+
+    pub fn unobserve(&mut self, observer: usize) {
+        self.observers[observer].pid = 0;
+    }
+
+    /// Who leads `key` now. A lease past its expiry leads no more (even before someone frees
+    /// it); among several live leases (a key used with slots > 1, not an election) the newest.
+    pub fn leadership(&self, database: u32, key: i64, now: i64) -> Leadership {
+        let mut held: Option<usize> = None;
+        let mut starting = false;
+        for (i, l) in self.leases.iter().enumerate() {
+            if l.database != database || l.key != key {
+                continue;
+            }
+            match l.state {
+                State::Held
+                    if l.expires_at > now && held.is_none_or(|h| self.leases[h].id < l.id) =>
+                {
+                    held = Some(i);
+                }
+                State::Pending => starting = true,
+                _ => {}
+            }
+        }
+        match held {
+            Some(i) => Leadership::Held(i),
+            None if starting => Leadership::Starting,
+            None => Leadership::Vacant,
+        }
     }
 
     /// Everything of this backend, at exit or after an error: its waiter entry and any lease
     /// reserved for it and not yet confirmed. Returns the keys to settle.
     pub fn forget_backend(&mut self, pid: i32) -> Vec<(u32, i64)> {
         let mut keys = Vec::new();
+        for o in self.observers.iter_mut() {
+            if o.pid == pid {
+                o.pid = 0;
+            }
+        }
         for i in 0..self.waiters.len() {
             if self.waiters[i].pid == pid {
                 keys.push((self.waiters[i].database, self.waiters[i].key));
@@ -437,6 +582,9 @@ impl Table {
                 keys.push((l.database, l.key));
                 l.state = State::Free;
             }
+        }
+        for &(database, key) in &keys {
+            self.wake_observers(database, key);
         }
         keys
     }
@@ -461,12 +609,16 @@ pub fn end(database: u32, id: i64) -> Ended {
         let Some(l) = t.find(database, id) else {
             return Ended::NotFound;
         };
-        let (key, expired) = (l.key, l.expires_at <= now);
+        let (key, expired, term) = (l.key, l.expires_at <= now, l.is_term());
         l.state = State::Free;
         if expired {
-            t.count_expired();
+            t.count_expired(database, key, term);
         } else {
             t.count_released();
+            if term {
+                t.counters_mut().terms_resigned += 1;
+            }
+            t.wake_observers(database, key);
         }
         t.settle(database, key, now);
         if expired {
@@ -485,6 +637,8 @@ pub struct Grant<'a> {
     pub ttl_ms: i32,
     pub app: &'a [u8],
     pub label: &'a [u8],
+    /// Empty for a plain lease.
+    pub candidate: &'a [u8],
 }
 
 /// This backend, as the table records it.
