@@ -9,6 +9,9 @@ PRELOAD_ONLY = ("advlock_stats", "advlock_stats_info", "advlock_stats_reset",
                 # leases and semaphores: shared memory (pg_test/edition/extension_only.txt)
                 "advlock_lease", "advlock_lease_renew", "advlock_lease_release",
                 "advlock_lease_entries", "advlock_lease_stats", "advlock_leases",
+                # leader election: leases (extension_only.txt)
+                "advlock_campaign", "advlock_leader", "advlock_observe_leader", "advlock_resign",
+                "advlock_lease_candidates", "advlock_term_stats",
                 # the lock table's use: the lock manager's shared memory (extension_only.txt)
                 "advlock_lock_table_entries", "advlock_lock_table")
 

@@ -39,7 +39,8 @@ def valid_value(name, typ, key):
               ("dry_run", "boolean"): "true", ("keys", "bigint[]"): f"ARRAY[{key}]",
               ("ids", "text[]"): "ARRAY['x']", ("ids", "bigint[]"): "ARRAY[42]",
               ("ttl_ms", "integer"): "1000", ("slots", "integer"): "1", ("lease", "bigint"): str(key),
-              ("pids", "integer[]"): "ARRAY[0]", ("caller", "text"): "'fuzz'"}
+              ("pids", "integer[]"): "ARRAY[0]", ("caller", "text"): "'fuzz'",
+              ("candidate", "text"): "'fuzz'", ("term", "bigint"): str(key), ("known_term", "bigint"): str(key)}
     return values[(name, typ)]
 
 
@@ -66,7 +67,9 @@ def test_null_in_every_argument(admin, key):
             continue
         # Leases check every argument first, then raise 55000 without preload: the NULL checks
         # apply, the call with valid arguments does not.
-        needs_preload = proname.startswith("advlock_lease") and not preloaded
+        needs_preload = (proname.startswith(("advlock_lease", "advlock_campaign", "advlock_leader",
+                                             "advlock_observe_leader", "advlock_resign", "advlock_term_stats"))
+                         and not preloaded)
         if strict and arguments:
             failures.append(f"{signature} is STRICT: a NULL argument returns NULL instead of an error")
         args = parse_arguments(arguments)
