@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeAlias
 
 from ._api import AsyncConnection, SyncConnection, timeout_ms
 from ._drivers import AsyncAdapter, Row, SyncAdapter, adapt, check_schema
-from ._errors import Holder, LeaseLost, LeasesUnavailable, LeaseTimeout, NotPreloaded
+from ._errors import Holder, LeaseLost, LeasesUnavailable, LeaseTimeout, NotPreloaded, chain
 from ._key import check_ns, id_text, key
 
 _INT4_MAX = 2**31 - 1
@@ -65,13 +65,7 @@ LeaseSource: TypeAlias = _PsycopgPool | _AsyncpgPool | _Engine | _AsyncEngine | 
 def _unavailable(exc: BaseException) -> LeasesUnavailable | None:
     """NotPreloaded for 55000 (advlock not in shared_preload_libraries), LeasesUnavailable for
     42883 on advlock_lease* (the SQL edition, or an extension older than leases), else None."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in chain(exc):
         state = getattr(e, "sqlstate", None)
         if state == "55000" and "shared_preload_libraries" in str(e):
             return NotPreloaded(
@@ -83,8 +77,6 @@ def _unavailable(exc: BaseException) -> LeasesUnavailable | None:
                 "this database has no advlock_lease(): leases need the advlock extension (the SQL edition has "
                 f"none), version with leases, preloaded via shared_preload_libraries (server: {e})"
             )
-        orig = getattr(e, "orig", None)
-        todo += [orig if isinstance(orig, BaseException) else None, e.__cause__, e.__context__]
     return None
 
 
