@@ -4,12 +4,16 @@ The instance is described by ADVLOCK_PGHOST / ADVLOCK_PGPORT / ADVLOCK_PGDATABAS
 pg_test/run.sh). Every connection carries an application_name so holders are identifiable.
 """
 import os
+import sys
 import time
+from pathlib import Path
 
 import asyncpg
 import psycopg
 
-from advlock_key import advlock_key
+# The published pure-Python key reference (docs/keys/advlock_key.py), imported as users do.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" / "keys"))
+from advlock_key import advlock_key  # noqa: E402
 
 HOST = os.environ.get("ADVLOCK_PGHOST", "127.0.0.1")
 PORT = int(os.environ.get("ADVLOCK_PGPORT", os.environ.get("ADVLOCK_TEST_PORT", "5422")))

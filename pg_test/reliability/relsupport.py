@@ -14,8 +14,8 @@ from pathlib import Path
 import psycopg
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "clients"))
-from advlock_key import advlock_key  # noqa: E402  (the pure-Python reference)
+sys.path.insert(0, str(HERE.parents[1] / "docs" / "keys"))
+from advlock_key import advlock_key  # noqa: E402  (the published pure-Python reference)
 
 HOST = os.environ.get("ADVLOCK_PGHOST", "127.0.0.1")
 PORT = int(os.environ.get("ADVLOCK_PGPORT", os.environ.get("ADVLOCK_TEST_PORT", "5427")))
