@@ -345,7 +345,8 @@ pub(crate) fn observe(key: i64, timeout_ms: i32, known: Option<i64>) -> Observed
 /// The observer's loop: registered before the first look, the latch reset before each look, so
 /// a change after a look sets the latch and the next WaitLatch returns at once (no lost wake-up).
 fn watch(database: u32, key: i64, known: Option<i64>, deadline: i64) -> Observed {
-    let wait_event = pg_sys::PG_WAIT_EXTENSION;
+    // What pg_stat_activity shows while this backend sleeps (AdvlockLeaderObserve on 17+).
+    let wait_event = crate::wait_events::leader_observe();
     loop {
         // SAFETY: MyLatch is this backend's own latch; reset before checking, as WaitLatch wants.
         unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };

@@ -7,21 +7,44 @@
 //! `wait_event_type = 'Extension'`, `wait_event = 'AdvlockLeaseWait'`, and is listed by the
 //! `pg_wait_events` view once a backend of the server has registered it. On 15 and 16 it shows as
 //! `Extension` / `Extension`, the generic extension wait.
+//!
+//! The other is an observer's (`advlock_observe_leader`, `CALL advlock_wait_leader`: waiting for
+//! a key's leader to change), named `AdvlockLeaderObserve` the same way. A campaign waits for
+//! its lease: `AdvlockLeaseWait`.
 
 /// The name of a lease wait (shorter than NAMEDATALEN, as WaitEventExtensionNew requires).
 #[cfg(any(feature = "pg17", feature = "pg18"))]
 pub const LEASE_WAIT: &core::ffi::CStr = c"AdvlockLeaseWait";
 
+/// The name of an observer's wait (`crate::election`).
+#[cfg(any(feature = "pg17", feature = "pg18"))]
+pub const LEADER_OBSERVE: &core::ffi::CStr = c"AdvlockLeaderObserve";
+
 /// The wait event of a lease wait, for WaitLatch.
 #[cfg(any(feature = "pg17", feature = "pg18"))]
 pub fn lease_wait() -> u32 {
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::atomic::AtomicU32;
+    static ID: AtomicU32 = AtomicU32::new(0);
+    named(LEASE_WAIT, &ID)
+}
+
+/// The wait event of an observer's wait, for WaitLatch.
+#[cfg(any(feature = "pg17", feature = "pg18"))]
+pub fn leader_observe() -> u32 {
+    use std::sync::atomic::AtomicU32;
+    static ID: AtomicU32 = AtomicU32::new(0);
+    named(LEADER_OBSERVE, &ID)
+}
+
+/// The server's id of the custom wait event `name`, cached in `id`.
+#[cfg(any(feature = "pg17", feature = "pg18"))]
+fn named(name: &'static core::ffi::CStr, id: &std::sync::atomic::AtomicU32) -> u32 {
+    use std::sync::atomic::Ordering;
     // WaitEventExtensionNew finds the name in a shared hash table (adding it the first time any
     // backend asks, under WaitEventExtensionLock): the id it returns is the server's for the
     // name until shutdown, so each backend asks once and keeps it (0 is never an id: the class
     // bits of PG_WAIT_EXTENSION are set).
-    static ID: AtomicU32 = AtomicU32::new(0);
-    let cached = ID.load(Ordering::Relaxed);
+    let cached = id.load(Ordering::Relaxed);
     if cached != 0 {
         return cached;
     }
@@ -29,13 +52,19 @@ pub fn lease_wait() -> u32 {
     // no spinlock held (it takes an LWLock) and before the wait starts. It raises an ERROR when
     // the server's 128 custom wait events are used up: the caller's error handling gives the
     // wait up, as for a cancel.
-    let id = unsafe { pgrx::pg_sys::WaitEventExtensionNew(LEASE_WAIT.as_ptr()) };
-    ID.store(id, Ordering::Relaxed);
-    id
+    let new = unsafe { pgrx::pg_sys::WaitEventExtensionNew(name.as_ptr()) };
+    id.store(new, Ordering::Relaxed);
+    new
 }
 
 /// The wait event of a lease wait, for WaitLatch: PostgreSQL 15 and 16 have no custom names.
 #[cfg(any(feature = "pg15", feature = "pg16"))]
 pub fn lease_wait() -> u32 {
+    pgrx::pg_sys::PG_WAIT_EXTENSION
+}
+
+/// The wait event of an observer's wait: the generic extension wait on 15 and 16.
+#[cfg(any(feature = "pg15", feature = "pg16"))]
+pub fn leader_observe() -> u32 {
     pgrx::pg_sys::PG_WAIT_EXTENSION
 }

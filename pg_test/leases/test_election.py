@@ -308,3 +308,20 @@ def test_election_through_pgbouncer_transaction_mode(admin, pgbouncer):
         assert a.execute("SELECT advlock_resign(%s)", (term,)).fetchone()[0] is True
         t.join(15)
         assert result["row"] == (True, None)
+
+
+@needs_preload
+def test_an_observer_shows_its_own_wait_event(admin):
+    """pg_stat_activity names an observer's wait AdvlockLeaderObserve (PostgreSQL 17+; the
+    generic Extension before), apart from a campaign's AdvlockLeaseWait."""
+    o = Observer("advlock-test/observe-wait-event", 7113, None, timeout_ms=5000)
+    try:
+        wait_sleeping(admin, o.pid)
+        event = admin.execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s", (o.pid,)).fetchone()[0]
+        major = int(admin.execute("SHOW server_version_num").fetchone()[0]) // 10000
+        assert event == ("AdvlockLeaderObserve" if major >= 17 else "Extension")
+        term = campaign(admin, 7113, "pod-a")
+        assert o.finish()[:2] == (True, term)
+        admin.execute("SELECT advlock_resign(%s)", (term,))
+    finally:
+        o.close()

@@ -27,11 +27,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(listed, Some(1));
+        let observe = crate::wait_events::leader_observe();
+        assert_eq!(observe & CLASS, pg_sys::PG_WAIT_EXTENSION);
+        assert_ne!(observe, id, "an observer's wait has a name of its own");
+        assert_eq!(crate::wait_events::leader_observe(), observe);
     }
 
     #[cfg(any(feature = "pg15", feature = "pg16"))]
     #[pg_test]
     fn the_lease_wait_is_the_generic_extension_wait() {
         assert_eq!(crate::wait_events::lease_wait(), pg_sys::PG_WAIT_EXTENSION);
+        assert_eq!(
+            crate::wait_events::leader_observe(),
+            pg_sys::PG_WAIT_EXTENSION
+        );
     }
 }
