@@ -13,8 +13,8 @@ import sys
 import time
 import traceback
 
-from . import (case_acquire, case_edition, case_handoff, case_holders, case_keys, case_keysets,
-               case_leases, case_preload, case_timeout, case_tokens)
+from . import (case_acquire, case_edition, case_election, case_handoff, case_holders, case_keys,
+               case_keysets, case_leases, case_preload, case_timeout, case_tokens)
 from .common import Ctx, HarnessError, log, md_table
 
 CASES = [
@@ -28,6 +28,7 @@ CASES = [
     ("8", "Fencing tokens: token acquisition vs plain acquisition", case_tokens),
     ("9", "SQL edition vs extension: keys and uncontended acquire", case_edition),
     ("10", "Leases: cost, hand-off on release and on expiry, memory", case_leases),
+    ("12", "Leader election: observer wake latency on resignation, grant and expiry", case_election),
 ]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

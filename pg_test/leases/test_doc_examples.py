@@ -1,4 +1,4 @@
-"""docs/leases.md's examples and the README's lease example, run as written in psql (they use \\gset), preloaded: every value a
+"""docs/leases.md's and docs/leader-election.md's examples and the README's lease example, run as written in psql (they use \\gset), preloaded: every value a
 comment states is what psql prints, and nothing raises or warns."""
 import os
 import re
@@ -12,13 +12,15 @@ from conftest import needs_preload
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "leases.md"
+ELECTION = REPO / "docs" / "leader-election.md"
 
 
 def sql_blocks():
-    """docs/leases.md's blocks, then the README's lease example."""
+    """docs/leases.md's blocks, the README's lease example, then docs/leader-election.md's."""
     readme = [b for b in re.findall(r"```sql\n(.*?)\n```", (REPO / "README.md").read_text(), re.S)
               if "advlock_lease_renew(:lease" in b]
-    return re.findall(r"```sql\n(.*?)\n```", DOC.read_text(), re.S) + readme
+    return (re.findall(r"```sql\n(.*?)\n```", DOC.read_text(), re.S) + readme
+            + re.findall(r"```sql\n(.*?)\n```", ELECTION.read_text(), re.S))
 
 
 def stated_values(block):
