@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 
-from . import (case_acquire, case_edition, case_handoff, case_holders, case_keys, case_keysets,
+from . import (case_acquire, case_edition, case_fence, case_handoff, case_holders, case_keys, case_keysets,
                case_leases, case_preload, case_timeout, case_tokens)
 from .common import Ctx, HarnessError, log, md_table
 
@@ -28,6 +28,7 @@ CASES = [
     ("8", "Fencing tokens: token acquisition vs plain acquisition", case_tokens),
     ("9", "SQL edition vs extension: keys and uncontended acquire", case_edition),
     ("10", "Leases: cost, hand-off on release and on expiry, memory", case_leases),
+    ("11", "Fences: advlock_fence vs the single-row upsert it replaces", case_fence),
 ]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
