@@ -1732,85 +1732,26 @@ BEGIN
 -- per call; every name in it is qualified instead (pg_test/reliability/test_security.py calls
 -- it under hostile search_paths).
 
--- The argument errors of advlock_fence and advlock_fence_reset (the fast path only tests
--- whether there is one): 22004 for a NULL, 22023 for an empty namespace or a token < 1.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_fence_check(fn pg_catalog.text, ns pg_catalog.text, id_is_null pg_catalog.bool,
-                                                 token pg_catalog.int8, key_form pg_catalog.bool)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    what text := CASE WHEN fn = 'advlock_fence_reset' THEN 'reset' ELSE 'fence' END;
-BEGIN
-    IF key_form AND id_is_null THEN
-        RAISE EXCEPTION 'argument "key" of % must not be null', fn
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = format('A NULL key would %s nothing: pass a value for every part of the key.', what);
-    END IF;
-    IF NOT key_form AND ns IS NULL THEN
-        RAISE EXCEPTION 'argument "ns" of % must not be null', fn
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = format('A NULL key would %s nothing: pass a value for every part of the key.', what);
-    END IF;
-    IF NOT key_form AND ns = '' THEN
-        RAISE EXCEPTION 'argument "ns" of % must not be empty', fn
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Name the feature the lock belongs to, e.g. advlock_key(''billing'', 42): the namespace keeps features from colliding.';
-    END IF;
-    IF NOT key_form AND id_is_null THEN
-        RAISE EXCEPTION 'argument "id" of % must not be null', fn
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = format('A NULL key would %s nothing: pass a value for every part of the key.', what);
-    END IF;
-    IF fn = 'advlock_fence' AND token IS NULL THEN
-        RAISE EXCEPTION 'argument "token" of % must not be null', fn
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'Pass this writer''s fencing token: the lease id advlock_lease returned, or the token of advlock_try_with_token.';
-    END IF;
-    IF fn = 'advlock_fence' AND token < 1 THEN
-        RAISE EXCEPTION 'argument "token" of % must be positive: %', fn, token
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'advlock''s fencing tokens (lease ids, advlock_try_with_token) are positive; so must be a token of your own.';
-    END IF;
-END
-$fn$;
-
--- The refusal (LK001), on the slow path only: the fence's row is locked by the caller's upsert
--- (ON CONFLICT DO UPDATE locks the conflicting row even when its WHERE is false), so the token
--- read here is the one that refused it. ns is NULL for the key form; id_int for (ns, id bigint).
-CREATE OR REPLACE FUNCTION @extschema@.advlock_fence_refuse(key pg_catalog.int8, ns pg_catalog.text, id_text pg_catalog.text,
-                                                  id_int pg_catalog.int8, token pg_catalog.int8)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    target text := 'key ' || key;
-    passed record;
-BEGIN
-    IF ns IS NOT NULL THEN
-        target := target || ' = advlock_key(''' || replace(ns, '''', '''''') || ''', '
-                  || CASE WHEN id_text IS NULL THEN id_int::text
-                          ELSE '''' || replace(id_text, '''', '''''') || '''' END || ')';
-    END IF;
-    SELECT f.token, f.passed_at, f.passed_by INTO passed
-      FROM @extschema@.advlock_fences f WHERE f.key = advlock_fence_refuse.key;
-    RAISE EXCEPTION 'fence of % refused token %: token % has passed it', target, token, passed.token
-        USING ERRCODE = 'LK001',
-              DETAIL = format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
-                              passed.token, passed.passed_at, passed.passed_by),
-              HINT = 'A newer holder has taken over this lock or lease: roll back and stop writing; take the lock again (a new token) before writing again.';
-END
-$fn$;
-
+-- The three forms share one body, written out for each: the checks run only when an argument
+-- is missing or out of range, the refusal only when the upsert changed nothing.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_fence(key pg_catalog.int8, token pg_catalog.int8)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $fn$
+DECLARE
+    passed record;
 BEGIN
     IF key IS NULL OR token IS NULL OR token OPERATOR(pg_catalog.<) 1 THEN
-        PERFORM @extschema@.advlock_fence_check('advlock_fence', NULL, key IS NULL, token, true);
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'argument "key" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF token IS NULL THEN
+            RAISE EXCEPTION 'argument "token" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass this writer''s fencing token: the lease id advlock_lease returned, or the token of advlock_try_with_token.';
+        ELSE
+            RAISE EXCEPTION 'argument "token" of advlock_fence must be positive: %', token
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'advlock''s fencing tokens (lease ids, advlock_try_with_token) are positive; so must be a token of your own.';
+        END IF;
     END IF;
     INSERT INTO @extschema@.advlock_fences AS f (key, token)
          VALUES (advlock_fence.key, advlock_fence.token)
@@ -1818,7 +1759,17 @@ BEGIN
            SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by
          WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;
     IF NOT FOUND THEN
-        PERFORM @extschema@.advlock_fence_refuse(advlock_fence.key, NULL, NULL, NULL, advlock_fence.token);
+        -- Refused: the row is locked by the upsert above (ON CONFLICT DO UPDATE locks the
+        -- conflicting row even when its WHERE is false), so this reads the token that refused it.
+        SELECT f.token, f.passed_at, f.passed_by INTO passed
+          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) advlock_fence.key;
+        RAISE EXCEPTION 'fence of % refused token %: token % has passed it',
+                        'key ' OPERATOR(pg_catalog.||) advlock_fence.key,
+                        advlock_fence.token, passed.token
+            USING ERRCODE = 'LK001',
+                  DETAIL = pg_catalog.format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
+                                             passed.token, passed.passed_at, passed.passed_by),
+                  HINT = 'A newer holder has taken over this lock or lease: roll back and stop writing; take the lock again (a new token) before writing again.';
     END IF;
 END
 $fn$;
@@ -1827,19 +1778,45 @@ CREATE OR REPLACE FUNCTION @extschema@.advlock_fence(ns pg_catalog.text, id pg_c
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $fn$
+DECLARE
+    passed record;
 BEGIN
     IF ns IS NULL OR ns OPERATOR(pg_catalog.=) '' OR id IS NULL OR token IS NULL OR token OPERATOR(pg_catalog.<) 1 THEN
-        PERFORM @extschema@.advlock_fence_check('advlock_fence', ns, id IS NULL, token, false);
+        IF ns IS NULL THEN
+            RAISE EXCEPTION 'argument "ns" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF ns OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION 'argument "ns" of advlock_fence must not be empty'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Name the feature the lock belongs to, e.g. advlock_key(''billing'', 42): the namespace keeps features from colliding.';
+        ELSIF id IS NULL THEN
+            RAISE EXCEPTION 'argument "id" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF token IS NULL THEN
+            RAISE EXCEPTION 'argument "token" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass this writer''s fencing token: the lease id advlock_lease returned, or the token of advlock_try_with_token.';
+        ELSE
+            RAISE EXCEPTION 'argument "token" of advlock_fence must be positive: %', token
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'advlock''s fencing tokens (lease ids, advlock_try_with_token) are positive; so must be a token of your own.';
+        END IF;
     END IF;
     INSERT INTO @extschema@.advlock_fences AS f (key, token, ns, id)
-         VALUES (@extschema@.advlock_key(advlock_fence.ns, advlock_fence.id), advlock_fence.token,
-                 advlock_fence.ns, advlock_fence.id)
+         VALUES (@extschema@.advlock_key(advlock_fence.ns, advlock_fence.id), advlock_fence.token, advlock_fence.ns, advlock_fence.id)
     ON CONFLICT ON CONSTRAINT advlock_fences_pkey DO UPDATE
            SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by
          WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;
     IF NOT FOUND THEN
-        PERFORM @extschema@.advlock_fence_refuse(@extschema@.advlock_key(advlock_fence.ns, advlock_fence.id),
-                                                 advlock_fence.ns, advlock_fence.id, NULL, advlock_fence.token);
+        -- Refused: the row is locked by the upsert above (ON CONFLICT DO UPDATE locks the
+        -- conflicting row even when its WHERE is false), so this reads the token that refused it.
+        SELECT f.token, f.passed_at, f.passed_by INTO passed
+          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) @extschema@.advlock_key(advlock_fence.ns, advlock_fence.id);
+        RAISE EXCEPTION 'fence of % refused token %: token % has passed it',
+                        'key ' OPERATOR(pg_catalog.||) @extschema@.advlock_key(advlock_fence.ns, advlock_fence.id) OPERATOR(pg_catalog.||) ' = advlock_key(''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence.ns, '''', '''''')
+                      OPERATOR(pg_catalog.||) ''', ' OPERATOR(pg_catalog.||) '''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence.id, '''', '''''') OPERATOR(pg_catalog.||) '''' OPERATOR(pg_catalog.||) ')',
+                        advlock_fence.token, passed.token
+            USING ERRCODE = 'LK001',
+                  DETAIL = pg_catalog.format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
+                                             passed.token, passed.passed_at, passed.passed_by),
+                  HINT = 'A newer holder has taken over this lock or lease: roll back and stop writing; take the lock again (a new token) before writing again.';
     END IF;
 END
 $fn$;
@@ -1848,19 +1825,45 @@ CREATE OR REPLACE FUNCTION @extschema@.advlock_fence(ns pg_catalog.text, id pg_c
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $fn$
+DECLARE
+    passed record;
 BEGIN
     IF ns IS NULL OR ns OPERATOR(pg_catalog.=) '' OR id IS NULL OR token IS NULL OR token OPERATOR(pg_catalog.<) 1 THEN
-        PERFORM @extschema@.advlock_fence_check('advlock_fence', ns, id IS NULL, token, false);
+        IF ns IS NULL THEN
+            RAISE EXCEPTION 'argument "ns" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF ns OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION 'argument "ns" of advlock_fence must not be empty'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Name the feature the lock belongs to, e.g. advlock_key(''billing'', 42): the namespace keeps features from colliding.';
+        ELSIF id IS NULL THEN
+            RAISE EXCEPTION 'argument "id" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF token IS NULL THEN
+            RAISE EXCEPTION 'argument "token" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass this writer''s fencing token: the lease id advlock_lease returned, or the token of advlock_try_with_token.';
+        ELSE
+            RAISE EXCEPTION 'argument "token" of advlock_fence must be positive: %', token
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'advlock''s fencing tokens (lease ids, advlock_try_with_token) are positive; so must be a token of your own.';
+        END IF;
     END IF;
     INSERT INTO @extschema@.advlock_fences AS f (key, token, ns, id)
-         VALUES (@extschema@.advlock_key(advlock_fence.ns, advlock_fence.id), advlock_fence.token,
-                 advlock_fence.ns, advlock_fence.id::pg_catalog.text)
+         VALUES (@extschema@.advlock_key(advlock_fence.ns, advlock_fence.id), advlock_fence.token, advlock_fence.ns, advlock_fence.id::pg_catalog.text)
     ON CONFLICT ON CONSTRAINT advlock_fences_pkey DO UPDATE
            SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by
          WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;
     IF NOT FOUND THEN
-        PERFORM @extschema@.advlock_fence_refuse(@extschema@.advlock_key(advlock_fence.ns, advlock_fence.id),
-                                                 advlock_fence.ns, NULL, advlock_fence.id, advlock_fence.token);
+        -- Refused: the row is locked by the upsert above (ON CONFLICT DO UPDATE locks the
+        -- conflicting row even when its WHERE is false), so this reads the token that refused it.
+        SELECT f.token, f.passed_at, f.passed_by INTO passed
+          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) @extschema@.advlock_key(advlock_fence.ns, advlock_fence.id);
+        RAISE EXCEPTION 'fence of % refused token %: token % has passed it',
+                        'key ' OPERATOR(pg_catalog.||) @extschema@.advlock_key(advlock_fence.ns, advlock_fence.id) OPERATOR(pg_catalog.||) ' = advlock_key(''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence.ns, '''', '''''')
+                      OPERATOR(pg_catalog.||) ''', ' OPERATOR(pg_catalog.||) advlock_fence.id::pg_catalog.text OPERATOR(pg_catalog.||) ')',
+                        advlock_fence.token, passed.token
+            USING ERRCODE = 'LK001',
+                  DETAIL = pg_catalog.format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
+                                             passed.token, passed.passed_at, passed.passed_by),
+                  HINT = 'A newer holder has taken over this lock or lease: roll back and stop writing; take the lock again (a new token) before writing again.';
     END IF;
 END
 $fn$;
@@ -1868,16 +1871,22 @@ $fn$;
 -- Forgets a fence (its row): the next advlock_fence on the key passes with any token. Needs
 -- DELETE on advlock_fences: its owner (the role that installed advlock) and superusers have
 -- it, and may grant it. Returns the token the fence had, or NULL when there was none.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_fence_reset_key(key pg_catalog.int8, target pg_catalog.text)
+CREATE OR REPLACE FUNCTION @extschema@.advlock_fence_reset(key pg_catalog.int8)
 RETURNS pg_catalog.int8
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     had bigint;
+    k bigint;
 BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'argument "key" of advlock_fence_reset must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would reset nothing: pass a value for every part of the key.';
+    END IF;
+    k := key;
     IF NOT has_table_privilege('@extschema@.advlock_fences'::regclass, 'DELETE') THEN
-        RAISE EXCEPTION 'permission denied to reset the fence of %', target
+        RAISE EXCEPTION 'permission denied to reset the fence of %', 'key ' || k
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = format('advlock_fence_reset needs DELETE on advlock_fences, which role %s does not have.',
                                   quote_ident(current_user)),
@@ -1886,21 +1895,8 @@ BEGIN
                                               WHERE c.oid = '@extschema@.advlock_fences'::regclass)),
                                 quote_ident(current_user));
     END IF;
-    DELETE FROM @extschema@.advlock_fences f WHERE f.key = advlock_fence_reset_key.key RETURNING f.token INTO had;
+    DELETE FROM @extschema@.advlock_fences f WHERE f.key = k RETURNING f.token INTO had;
     RETURN had;
-END
-$fn$;
-
-CREATE OR REPLACE FUNCTION @extschema@.advlock_fence_reset(key pg_catalog.int8)
-RETURNS pg_catalog.int8
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF key IS NULL THEN
-        PERFORM @extschema@.advlock_fence_check('advlock_fence_reset', NULL, true, NULL, true);
-    END IF;
-    RETURN @extschema@.advlock_fence_reset_key(key, 'key ' || key);
 END
 $fn$;
 
@@ -1909,13 +1905,33 @@ RETURNS pg_catalog.int8
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    had bigint;
+    k bigint;
 BEGIN
-    IF ns IS NULL OR ns = '' OR id IS NULL THEN
-        PERFORM @extschema@.advlock_fence_check('advlock_fence_reset', ns, id IS NULL, NULL, false);
+    IF ns IS NULL THEN
+        RAISE EXCEPTION 'argument "ns" of advlock_fence_reset must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would reset nothing: pass a value for every part of the key.';
+    ELSIF ns = '' THEN
+        RAISE EXCEPTION 'argument "ns" of advlock_fence_reset must not be empty'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Name the feature the lock belongs to, e.g. advlock_key(''billing'', 42): the namespace keeps features from colliding.';
+    ELSIF id IS NULL THEN
+        RAISE EXCEPTION 'argument "id" of advlock_fence_reset must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would reset nothing: pass a value for every part of the key.';
     END IF;
-    RETURN @extschema@.advlock_fence_reset_key(@extschema@.advlock_key(ns, id),
-        'key ' || @extschema@.advlock_key(ns, id) || ' = advlock_key(''' || replace(ns, '''', '''''') || ''', '''
-        || replace(id, '''', '''''') || ''')');
+    k := @extschema@.advlock_key(ns, id);
+    IF NOT has_table_privilege('@extschema@.advlock_fences'::regclass, 'DELETE') THEN
+        RAISE EXCEPTION 'permission denied to reset the fence of %', 'key ' || k || ' = advlock_key(''' || replace(ns, '''', '''''') || ''', ' || '''' || replace(id, '''', '''''') || '''' || ')'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('advlock_fence_reset needs DELETE on advlock_fences, which role %s does not have.',
+                                  quote_ident(current_user)),
+                  HINT = format('Ask the owner of advlock_fences (role %s) or a superuser to reset it, or to run: GRANT DELETE ON advlock_fences TO %s;',
+                                quote_ident((SELECT r.rolname FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
+                                              WHERE c.oid = '@extschema@.advlock_fences'::regclass)),
+                                quote_ident(current_user));
+    END IF;
+    DELETE FROM @extschema@.advlock_fences f WHERE f.key = k RETURNING f.token INTO had;
+    RETURN had;
 END
 $fn$;
 
@@ -1924,13 +1940,33 @@ RETURNS pg_catalog.int8
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    had bigint;
+    k bigint;
 BEGIN
-    IF ns IS NULL OR ns = '' OR id IS NULL THEN
-        PERFORM @extschema@.advlock_fence_check('advlock_fence_reset', ns, id IS NULL, NULL, false);
+    IF ns IS NULL THEN
+        RAISE EXCEPTION 'argument "ns" of advlock_fence_reset must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would reset nothing: pass a value for every part of the key.';
+    ELSIF ns = '' THEN
+        RAISE EXCEPTION 'argument "ns" of advlock_fence_reset must not be empty'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Name the feature the lock belongs to, e.g. advlock_key(''billing'', 42): the namespace keeps features from colliding.';
+    ELSIF id IS NULL THEN
+        RAISE EXCEPTION 'argument "id" of advlock_fence_reset must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would reset nothing: pass a value for every part of the key.';
     END IF;
-    RETURN @extschema@.advlock_fence_reset_key(@extschema@.advlock_key(ns, id),
-        'key ' || @extschema@.advlock_key(ns, id) || ' = advlock_key(''' || replace(ns, '''', '''''') || ''', '
-        || id || ')');
+    k := @extschema@.advlock_key(ns, id);
+    IF NOT has_table_privilege('@extschema@.advlock_fences'::regclass, 'DELETE') THEN
+        RAISE EXCEPTION 'permission denied to reset the fence of %', 'key ' || k || ' = advlock_key(''' || replace(ns, '''', '''''') || ''', ' || id::text || ')'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('advlock_fence_reset needs DELETE on advlock_fences, which role %s does not have.',
+                                  quote_ident(current_user)),
+                  HINT = format('Ask the owner of advlock_fences (role %s) or a superuser to reset it, or to run: GRANT DELETE ON advlock_fences TO %s;',
+                                quote_ident((SELECT r.rolname FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
+                                              WHERE c.oid = '@extschema@.advlock_fences'::regclass)),
+                                quote_ident(current_user));
+    END IF;
+    DELETE FROM @extschema@.advlock_fences f WHERE f.key = k RETURNING f.token INTO had;
+    RETURN had;
 END
 $fn$;
 
@@ -2166,12 +2202,6 @@ COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.
   'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
 COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.int8) IS
   'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
-COMMENT ON FUNCTION @extschema@.advlock_fence_check(pg_catalog.text, pg_catalog.text, pg_catalog.bool, pg_catalog.int8, pg_catalog.bool) IS
-  'advlock (internal, argument errors of advlock_fence and advlock_fence_reset; may change)';
-COMMENT ON FUNCTION @extschema@.advlock_fence_refuse(pg_catalog.int8, pg_catalog.text, pg_catalog.text, pg_catalog.int8, pg_catalog.int8) IS
-  'advlock (internal, the LK001 refusal of advlock_fence; may change)';
-COMMENT ON FUNCTION @extschema@.advlock_fence_reset_key(pg_catalog.int8, pg_catalog.text) IS
-  'advlock (internal, behind advlock_fence_reset; may change): checks DELETE on advlock_fences, deletes the fence of key';
 COMMENT ON FUNCTION @extschema@.advlock_fence_guard() IS
   'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token, changes the key, or writes another role or time than the caller''s';
 $advlock_piece$, '@extschema@', pg_catalog.quote_ident(pg_catalog.current_schema()));

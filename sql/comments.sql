@@ -130,12 +130,6 @@ COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.
   'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
 COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.int8) IS
   'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
-COMMENT ON FUNCTION @extschema@.advlock_fence_check(pg_catalog.text, pg_catalog.text, pg_catalog.bool, pg_catalog.int8, pg_catalog.bool) IS
-  'advlock (internal, argument errors of advlock_fence and advlock_fence_reset; may change)';
-COMMENT ON FUNCTION @extschema@.advlock_fence_refuse(pg_catalog.int8, pg_catalog.text, pg_catalog.text, pg_catalog.int8, pg_catalog.int8) IS
-  'advlock (internal, the LK001 refusal of advlock_fence; may change)';
-COMMENT ON FUNCTION @extschema@.advlock_fence_reset_key(pg_catalog.int8, pg_catalog.text) IS
-  'advlock (internal, behind advlock_fence_reset; may change): checks DELETE on advlock_fences, deletes the fence of key';
 COMMENT ON FUNCTION @extschema@.advlock_fence_guard() IS
   'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token, changes the key, or writes another role or time than the caller''s';
 COMMENT ON FUNCTION @extschema@.advlock_lease_check(pg_catalog.int8) IS

@@ -450,8 +450,8 @@ fn lease_int(
 /// The expiry of lease `lease` of this database while an entry holds it: its `expires_at`, in
 /// the past for a lease that expired and that nobody has freed yet; NULL when no entry holds it
 /// (released, freed after its expiry, ended by a restart, or never taken). The feed of
-/// `advlock_lease_check` (sql/lease_check.sql), which raises LK002 (a code pgrx cannot raise)
-/// naming `caller`.
+/// `advlock_lease_check` (sql/lease_check.sql), which raises LK002 (a code pgrx cannot raise);
+/// `caller` is the function the preload error names.
 #[pg_extern(volatile, parallel_restricted)]
 fn advlock_lease_expiry(
     lease: Option<i64>,
@@ -459,7 +459,8 @@ fn advlock_lease_expiry(
 ) -> Option<TimestampWithTimeZone> {
     const EXPIRY: &str = "advlock_lease_expiry";
     let caller = required(caller, EXPIRY, "caller").display();
-    let id = required(lease, &caller, "lease");
+    // advlock_lease_check refuses a NULL lease itself: a NULL here is a direct call's.
+    let id = required(lease, EXPIRY, "lease");
     require_leases(&caller);
     let database = backend::database();
     table::with_table(false, |t| {
