@@ -1971,8 +1971,8 @@ END
 $fn$;
 
 -- The table's guard (BEFORE UPDATE, sql/fence_table.sql), fired only when an UPDATE would
--- lower a token, move a row to another key, or write another role or time than the caller's:
--- what advlock_fence never does, but a role with UPDATE on the table could try.
+-- lower a token or move a row to another key: what advlock_fence never does, but a role with
+-- UPDATE on the table could try. Forgetting a fence is a DELETE (advlock_fence_reset).
 CREATE OR REPLACE FUNCTION @extschema@.advlock_fence_guard()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -1985,11 +1985,9 @@ BEGIN
                   DETAIL = 'The token of a fence only grows.',
                   HINT = 'advlock_fence_reset forgets a fence (it needs DELETE on advlock_fences).';
     END IF;
-    RAISE EXCEPTION 'the fence of key % may only get a larger token, passed by the current role at the statement''s start', OLD.key
+    RAISE EXCEPTION 'the fence of key % cannot move to key %', OLD.key, NEW.key
         USING ERRCODE = 'insufficient_privilege',
-              DETAIL = format('The update would write key %s, passed_by %s, passed_at %s.', NEW.key,
-                              quote_literal(NEW.passed_by), NEW.passed_at),
-              HINT = 'Pass a fence with advlock_fence, which records who passed it and when.';
+              HINT = 'Reset the fence (advlock_fence_reset) and pass the other key''s with advlock_fence.';
 END
 $fn$;
 $advlock_piece$, '@extschema@', pg_catalog.quote_ident(pg_catalog.current_schema()));
@@ -2019,18 +2017,14 @@ BEGIN
             id        pg_catalog.text,
             passed_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
             passed_by pg_catalog.text NOT NULL DEFAULT CURRENT_USER,
-            CONSTRAINT advlock_fences_pkey PRIMARY KEY (key),
-            CONSTRAINT advlock_fences_token_check CHECK (token OPERATOR(pg_catalog.>) 0)
+            CONSTRAINT advlock_fences_pkey PRIMARY KEY (key)
         );
     END IF;
 END
 $tbl$;
 
 CREATE OR REPLACE TRIGGER advlock_fences_guard BEFORE UPDATE ON @extschema@.advlock_fences FOR EACH ROW
-    WHEN (NEW.token OPERATOR(pg_catalog.<) OLD.token
-          OR NEW.key OPERATOR(pg_catalog.<>) OLD.key
-          OR NEW.passed_by OPERATOR(pg_catalog.<>) CURRENT_USER::pg_catalog.text
-          OR NEW.passed_at OPERATOR(pg_catalog.<>) pg_catalog.statement_timestamp())
+    WHEN (NEW.token OPERATOR(pg_catalog.<) OLD.token OR NEW.key OPERATOR(pg_catalog.<>) OLD.key)
     EXECUTE FUNCTION @extschema@.advlock_fence_guard();
 
 GRANT SELECT, INSERT (key, token, ns, id), UPDATE (token, passed_at, passed_by)
@@ -2203,7 +2197,7 @@ COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.
 COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.int8) IS
   'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
 COMMENT ON FUNCTION @extschema@.advlock_fence_guard() IS
-  'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token, changes the key, or writes another role or time than the caller''s';
+  'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token or changes the key';
 $advlock_piece$, '@extschema@', pg_catalog.quote_ident(pg_catalog.current_schema()));
 END
 $advlock_edition$;

@@ -131,7 +131,7 @@ COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.
 COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.int8) IS
   'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
 COMMENT ON FUNCTION @extschema@.advlock_fence_guard() IS
-  'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token, changes the key, or writes another role or time than the caller''s';
+  'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token or changes the key';
 COMMENT ON FUNCTION @extschema@.advlock_lease_check(pg_catalog.int8) IS
   'advlock: in a write transaction, raise LK002 when lease is no longer held (released, expired, ended by a restart); returns its expires_at otherwise; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_lease_expiry(pg_catalog.int8, pg_catalog.text) IS

@@ -252,8 +252,8 @@ END
 $fn$;
 
 -- The table's guard (BEFORE UPDATE, sql/fence_table.sql), fired only when an UPDATE would
--- lower a token, move a row to another key, or write another role or time than the caller's:
--- what advlock_fence never does, but a role with UPDATE on the table could try.
+-- lower a token or move a row to another key: what advlock_fence never does, but a role with
+-- UPDATE on the table could try. Forgetting a fence is a DELETE (advlock_fence_reset).
 CREATE FUNCTION @extschema@.advlock_fence_guard()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -266,10 +266,8 @@ BEGIN
                   DETAIL = 'The token of a fence only grows.',
                   HINT = 'advlock_fence_reset forgets a fence (it needs DELETE on advlock_fences).';
     END IF;
-    RAISE EXCEPTION 'the fence of key % may only get a larger token, passed by the current role at the statement''s start', OLD.key
+    RAISE EXCEPTION 'the fence of key % cannot move to key %', OLD.key, NEW.key
         USING ERRCODE = 'insufficient_privilege',
-              DETAIL = format('The update would write key %s, passed_by %s, passed_at %s.', NEW.key,
-                              quote_literal(NEW.passed_by), NEW.passed_at),
-              HINT = 'Pass a fence with advlock_fence, which records who passed it and when.';
+              HINT = 'Reset the fence (advlock_fence_reset) and pass the other key''s with advlock_fence.';
 END
 $fn$;

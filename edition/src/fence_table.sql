@@ -17,18 +17,14 @@ BEGIN
             id        pg_catalog.text,
             passed_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
             passed_by pg_catalog.text NOT NULL DEFAULT CURRENT_USER,
-            CONSTRAINT advlock_fences_pkey PRIMARY KEY (key),
-            CONSTRAINT advlock_fences_token_check CHECK (token OPERATOR(pg_catalog.>) 0)
+            CONSTRAINT advlock_fences_pkey PRIMARY KEY (key)
         );
     END IF;
 END
 $tbl$;
 
 CREATE OR REPLACE TRIGGER advlock_fences_guard BEFORE UPDATE ON @extschema@.advlock_fences FOR EACH ROW
-    WHEN (NEW.token OPERATOR(pg_catalog.<) OLD.token
-          OR NEW.key OPERATOR(pg_catalog.<>) OLD.key
-          OR NEW.passed_by OPERATOR(pg_catalog.<>) CURRENT_USER::pg_catalog.text
-          OR NEW.passed_at OPERATOR(pg_catalog.<>) pg_catalog.statement_timestamp())
+    WHEN (NEW.token OPERATOR(pg_catalog.<) OLD.token OR NEW.key OPERATOR(pg_catalog.<>) OLD.key)
     EXECUTE FUNCTION @extschema@.advlock_fence_guard();
 
 GRANT SELECT, INSERT (key, token, ns, id), UPDATE (token, passed_at, passed_by)
