@@ -38,13 +38,19 @@ if version == "0.5.0":
     # objects (whole files). Objects 0.4.0 had and 0.5.0 changes are replaced in place here too.
     NEW_FUNCTIONS = ("advlock_lease_expiry",)
     NEW_SQL_FILES = ("sql/fence.sql", "sql/fence_table.sql", "sql/lease_check.sql")
+    VIEW_FILES = ("sql/holders.sql", "sql/stats.sql", "sql/metrics.sql", "sql/leases.sql", "sql/lock_table.sql")
     functions = function_blocks(NEW_FUNCTIONS) if NEW_FUNCTIONS else []
     files = [(repo / f).read_text() for f in NEW_SQL_FILES]
-    # The hand-written header, then the generated objects, then every comment (sql/comments.sql
-    # describes every object: re-applied whole, so a changed description reaches updated installs).
+    # The views' descriptions, which live beside each view in the hand-written files: all
+    # re-applied, so a changed one reaches updated installs (0.5.0: advlock_lock_table's, ASCII).
+    views = "".join(m.group(0) for f in VIEW_FILES
+                    for m in re.finditer(r"^COMMENT ON VIEW @extschema@\.\w+ IS\n.*?';\n", (repo / f).read_text(), re.S | re.M))
+    # The hand-written header, then the generated objects and the views' descriptions, then every
+    # other comment (sql/comments.sql, re-applied whole for the same reason).
     header = script.read_text().partition(begin)[0].partition("-- One-line descriptions for \\df+")[0]
-    script.write_text(header + begin + "".join(part + "\n" for part in functions + files) + end + "\n" + comments)
-    print(f"{script.relative_to(repo)}: {len(functions)} new functions, {len(files)} SQL files, comments")
+    script.write_text(header + begin + "".join(part + "\n" for part in functions + files) + views + end + "\n" + comments)
+    print(f"{script.relative_to(repo)}: {len(functions)} new functions, {len(files)} SQL files, "
+          f"{views.count('COMMENT ON VIEW')} view descriptions, comments")
     sys.exit(0)
 if version == "0.4.0":
     script = repo / "sql/advlock--0.3.0--0.4.0.sql"

@@ -249,6 +249,8 @@ impl Refusal {
 fn wait_for_grant(waiter: usize, database: u32, key: i64, deadline: i64) -> Option<usize> {
     // `take` settled the key when it queued: the first look needs no settling.
     let mut settle = false;
+    // What pg_stat_activity shows while this backend sleeps (AdvlockLeaseWait on 17+).
+    let wait_event = crate::wait_events::lease_wait();
     loop {
         // SAFETY: MyLatch is this backend's own latch; reset before checking, as WaitLatch wants.
         unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
@@ -288,7 +290,7 @@ fn wait_for_grant(waiter: usize, database: u32, key: i64, deadline: i64) -> Opti
                 pg_sys::MyLatch,
                 (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
                 ms.clamp(1, i64::from(i32::MAX)) as _,
-                pg_sys::PG_WAIT_EXTENSION,
+                wait_event,
             );
         }
         pg_sys::check_for_interrupts!();
@@ -318,9 +320,7 @@ fn check_may_manage(function: &str, verb: &str, id: i64, role: u32) {
         let name = if name.is_null() {
             format!("role {role}")
         } else {
-            core::ffi::CStr::from_ptr(name)
-                .to_string_lossy()
-                .into_owned()
+            crate::server_text::catalog_name(core::ffi::CStr::from_ptr(name))
         };
         (allowed, name)
     };

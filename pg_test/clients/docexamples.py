@@ -59,7 +59,6 @@ CLAIMS = {
     "CREATE TABLE fenced_resource": "clients/test_readme_snippets.py::test_fenced_write_example_runs_as_written",
     "SELECT advlock_holding('leader', 'rollup', 'shared');": "clients/test_readme_snippets.py::test_holding_example_runs_as_written",
     "SELECT advlock_leak_count();          -- 0": "clients/test_readme_snippets.py::test_metrics_example_runs_as_written",
-    "CREATE FUNCTION fail_while_holding(k bigint)": "clients/test_doc_examples.py::test_single_session_examples",
     "CALL advlock_wait_lock(advlock_key('migrate', 'schema'), 30000);": "clients/test_doc_examples.py::test_single_session_examples",
     "-- How full is the shared lock table (every database)": "clients/test_doc_examples.py::test_single_session_examples",
     # docs/lock-table.md
