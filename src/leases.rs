@@ -466,6 +466,32 @@ fn lease_int(
     )
 }
 
+/// The expiry of lease `lease` of this database while an entry holds it: its `expires_at`, in
+/// the past for a lease that expired and that nobody has freed yet; NULL when no entry holds it
+/// (released, freed after its expiry, ended by a restart, or never taken). The feed of
+/// `advlock_lease_check` (sql/lease_check.sql), which raises LK002 (a code pgrx cannot raise);
+/// `caller` is the function the preload error names.
+#[pg_extern(volatile, parallel_restricted)]
+fn advlock_lease_expiry(
+    lease: Option<i64>,
+    caller: default!(Option<ServerText>, "'advlock_lease_expiry'"),
+) -> Option<TimestampWithTimeZone> {
+    const EXPIRY: &str = "advlock_lease_expiry";
+    let caller = required(caller, EXPIRY, "caller").display();
+    // advlock_lease_check refuses a NULL lease itself: a NULL here is a direct call's.
+    let id = required(lease, EXPIRY, "lease");
+    require_leases(&caller);
+    let database = backend::database();
+    table::with_table(false, |t| {
+        t.leases
+            .iter()
+            .find(|l| l.state == State::Held && l.database == database && l.id == id)
+            .map(|l| l.expires_at)
+    })
+    .flatten()
+    .and_then(backend::timestamptz)
+}
+
 /// The leases of the current database, held and awaited: the feed of the `advlock_leases` view.
 /// No rows without preload.
 #[pg_extern(volatile, parallel_restricted)]
@@ -629,4 +655,10 @@ pgrx::extension_sql_file!(
         advlock_lease_candidates,
         advlock_term_stats
     ]
+);
+
+pgrx::extension_sql_file!(
+    "../sql/lease_check.sql",
+    name = "lease_check",
+    requires = [advlock_lease_expiry]
 );

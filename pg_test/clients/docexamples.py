@@ -88,6 +88,8 @@ CLAIMS = {
     # docs/leader-election.md (preloaded, in psql for \gset)
     "-- The leader: campaign as this pod, for 15 s terms": "leases/test_doc_examples.py::test_lease_doc_examples",
     "CREATE TABLE beat_schedule": "leases/test_doc_examples.py::test_lease_doc_examples",
+    # docs/fences.md
+    "CREATE TEMP TABLE invoices": "clients/test_doc_examples.py::test_single_session_examples",
     # docs/sql-edition.md
     'SET search_path = "$user", public, advlock;': "edition/readme.sh",
     # docs/preload.md (monitoring runs preloaded and not in the test command)
