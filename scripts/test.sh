@@ -105,7 +105,8 @@ if "$here/install_ext.sh" "$PG_CONFIG" >"$log" 2>&1; then
   section "the fast loop (CONTRIBUTING.md), as written"
   "$repo/pg_test/fast_loop.sh" || status=1
   # The install above, again, under a preloaded server holding a lock: the server keeps its
-  # mapped library and serves on (counted as install-atomic). It leaves a stripped build installed.
+  # mapped library and serves on; then the tarball's install.sh the same way, which puts this
+  # build back (counted as install-atomic).
   section "scripts/install_ext.sh under a running, preloaded server"
   "$repo/pg_test/install/run.sh" || status=1
 else
