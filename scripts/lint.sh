@@ -4,14 +4,17 @@
 #   (clippy)     cargo clippy --features pgNN --no-default-features --all-targets -- -D warnings
 #                (NN: ADVLOCK_PG_MAJOR, default ADVLOCK_DEFAULT_MAJOR; pgrx needs `cargo pgrx init`)
 #   (shellcheck) every shell script in the repository (git ls-files; configuration: .shellcheckrc)
-#   (ruff)       ruff check on the Python test, bench and docs code (configuration: ruff.toml)
+#   (ruff)       ruff check on the Python test, bench, docs and monitoring code (configuration: ruff.toml)
+#   (ascii)      scripts/lint_ascii.py: no non-ASCII character in a Rust string or char literal
+#                under src/, in the SQL scripts sql/*.sql, the SQL edition or advlock.control
+#                (PostgreSQL reads scripts and messages in the database's encoding)
 #   (versions)   scripts/versions.py: the extension, the SQL edition and every client carry one version
 #   (actionlint) the GitHub Actions workflows (.github/workflows/*.yml), with ShellCheck on their
 #                `run:` steps
 # The shellcheck tool is a Debian package; ruff and actionlint are pinned in
 # pg_test/requirements-tools.txt, all installed by scripts/setup.sh. Prints "lint: N passed, M failed"
 # and writes "lint N M" to $ADVLOCK_SUMMARY.
-# Usage: scripts/lint.sh [rustfmt clippy shellcheck ruff versions actionlint]   (default: all)
+# Usage: scripts/lint.sh [rustfmt clippy shellcheck ruff ascii versions actionlint]   (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
@@ -21,7 +24,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 major=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
 venv=${ADVLOCK_VENV:-$repo/pg_test/.venv}
 summary=${ADVLOCK_SUMMARY:-/dev/null}
-checks=("$@"); [ ${#checks[@]} -gt 0 ] || checks=(rustfmt clippy shellcheck ruff versions actionlint)
+checks=("$@"); [ ${#checks[@]} -gt 0 ] || checks=(rustfmt clippy shellcheck ruff ascii versions actionlint)
 
 passed=0 failed=0
 lint() { # name command...
@@ -37,7 +40,8 @@ for check in "${checks[@]}"; do
     rustfmt)    lint rustfmt cargo fmt --check ;;
     clippy)     lint clippy cargo clippy --quiet --features "pg$major" --no-default-features --all-targets -- -D warnings ;;
     shellcheck) lint shellcheck shell_scripts ;;
-    ruff)       lint ruff "$venv/bin/ruff" check --no-cache bench pg_test docs scripts ;;
+    ruff)       lint ruff "$venv/bin/ruff" check --no-cache bench pg_test docs scripts monitoring ;;
+    ascii)      lint ascii python3 "$here/lint_ascii.py" ;;
     versions)   lint versions python3 "$here/versions.py" ;;
     actionlint) lint actionlint "$venv/bin/actionlint" -shellcheck="$(command -v shellcheck)" ;;
     *) echo "lint: unknown check $check"; failed=$((failed + 1)) ;;

@@ -46,8 +46,9 @@ command -v clang >/dev/null || need_apt+=(clang libclang-dev)   # bindgen, used 
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v shellcheck >/dev/null || need_apt+=(shellcheck)   # scripts/lint.sh
 # pg_test/monitoring: promtool (prometheus) checks the alert rules, a real postgres_exporter
-# (0.11.1 in bookworm) scrapes the test cluster with monitoring/postgres_exporter/queries.yaml.
-command -v promtool >/dev/null || need_apt+=(prometheus)
+# (0.11.1 in bookworm) scrapes the test cluster with monitoring/postgres_exporter/queries.yaml,
+# and a real Prometheus server (the same package) runs the Grafana dashboard's queries.
+{ command -v promtool >/dev/null && [ -x /usr/bin/prometheus ]; } || need_apt+=(prometheus)
 [ -x /usr/bin/prometheus-postgres-exporter ] || need_apt+=(prometheus-postgres-exporter)
 
 if [ $((${#need_apt[@]} + ${#need_pg[@]})) -gt 0 ]; then
@@ -82,7 +83,7 @@ PIN
   # Debian's pgbouncer package starts a system service; advlock's tests start their own.
   as_root service pgbouncer stop >/dev/null 2>&1 || true
   # So do prometheus (:9090) and prometheus-postgres-exporter (:9187); the monitoring suite
-  # starts its own exporter on a free loopback port and needs no Prometheus server.
+  # starts its own exporters and Prometheus on free loopback ports.
   for svc in prometheus prometheus-postgres-exporter; do
     as_root service "$svc" stop >/dev/null 2>&1 || true
   done

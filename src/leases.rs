@@ -318,9 +318,7 @@ fn check_may_manage(function: &str, verb: &str, id: i64, role: u32) {
         let name = if name.is_null() {
             format!("role {role}")
         } else {
-            core::ffi::CStr::from_ptr(name)
-                .to_string_lossy()
-                .into_owned()
+            crate::server_text::catalog_name(core::ffi::CStr::from_ptr(name))
         };
         (allowed, name)
     };

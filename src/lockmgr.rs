@@ -73,11 +73,12 @@ pub fn try_acquire(key: i64, mode: Mode, scope: Scope) -> bool {
 /// Whether this backend holds the lock in exactly this mode (in any scope).
 pub fn held_by_me(key: i64, mode: Mode) -> bool {
     let tag = advisory_tag(key);
-    // SAFETY: reads this backend's local lock table.
     // PostgreSQL 17 added `orstronger`; false keeps the exact-mode meaning of earlier majors.
     #[cfg(any(feature = "pg15", feature = "pg16"))]
+    // SAFETY: reads this backend's local lock table.
     let held = unsafe { pg_sys::LockHeldByMe(&tag, lockmode(mode)) };
     #[cfg(not(any(feature = "pg15", feature = "pg16")))]
+    // SAFETY: reads this backend's local lock table.
     let held = unsafe { pg_sys::LockHeldByMe(&tag, lockmode(mode), false) };
     held
 }
@@ -444,8 +445,9 @@ pub fn lock_table_usage() -> LockTableUsage {
             pg_sys::LWLockRelease(partition_lock(partition));
         }
     }
-    // SAFETY: both settings are fixed at server start (PGC_POSTMASTER) and set in every backend.
+    // SAFETY: a setting fixed at server start (PGC_POSTMASTER), set in every backend.
     let per_backend = unsafe { pg_sys::max_locks_per_xact } as i64;
+    // SAFETY: computed by the postmaster before any backend starts, never changed afterwards.
     let backends = unsafe { pg_sys::MaxBackends } as i64;
     LockTableUsage {
         by_database,

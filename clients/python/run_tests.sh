@@ -36,9 +36,9 @@ fi
   { failed=1; report; exit 1; }
 
 cd "$here" || exit 1
-if "$venv/bin/ruff" check src tests; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+if "$venv/bin/ruff" check src tests recipes; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 # The tests too: they pin what the overloads return (bool vs Awaitable[bool]).
-if "$venv/bin/mypy" --strict src/advlock tests; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+if "$venv/bin/mypy" --strict src/advlock tests recipes; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 # shellcheck source=SCRIPTDIR/../../pg_test/instance.sh disable=SC1091  # followed with shellcheck -x
 . "$repo/pg_test/instance.sh"
@@ -80,6 +80,17 @@ if ! instance_start "$work/pre" "$port_pre" "shared_preload_libraries = 'advlock
   echo "python-client: could not start PostgreSQL with advlock in shared_preload_libraries"
   failed=$((failed + 1)) preloaded=0
 fi
+
+# The README's examples run in a fresh venv holding only the package with the extras its
+# install line names (tests/test_readme.py runs them with ADVLOCK_README_PYTHON), as a new user
+# gets it: a missing extra fails them.
+extras=$(sed -n 's/^pip install "[^"]*\[\([a-z,]*\)\]".*/\1/p' "$here/README.md" | head -1)
+readme_venv="$work/readme-venv"
+if [ -z "$extras" ] || ! python3 -m venv "$readme_venv" ||
+   ! "$readme_venv/bin/pip" install -q --disable-pip-version-check "${here}[$extras]"; then
+  echo "python-client: could not build the README's venv (extras '$extras')"; failed=$((failed + 1))
+fi
+export ADVLOCK_README_PYTHON="$readme_venv/bin/python"
 
 # run_pytest NAME DATABASE [PORT]: pytest against DATABASE, counted from its JUnit report.
 run_pytest() {

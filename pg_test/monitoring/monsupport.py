@@ -3,6 +3,7 @@
 The instance is described by ADVLOCK_PGHOST / ADVLOCK_PGPORT / ADVLOCK_PGDATABASE (set by
 pg_test/run.sh); scratch files (the exporters' logs) go to ADVLOCK_WORKDIR.
 """
+import json
 import math
 import os
 import re
@@ -11,6 +12,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -28,6 +30,7 @@ DATABASE = os.environ.get("ADVLOCK_PGDATABASE", "advlock_monitoring")
 WORKDIR = Path(os.environ.get("ADVLOCK_WORKDIR") or tempfile.mkdtemp(prefix="advlock-monitoring."))
 
 EXPORTER_BIN = os.environ.get("ADVLOCK_POSTGRES_EXPORTER", "/usr/bin/prometheus-postgres-exporter")
+PROMETHEUS_BIN = os.environ.get("ADVLOCK_PROMETHEUS", "/usr/bin/prometheus")
 PROMTOOL_BIN = os.environ.get("ADVLOCK_PROMTOOL", "promtool")
 
 # Roles created by the suite (cluster-wide, in its throwaway instance).
@@ -119,10 +122,29 @@ class Scrape:
 
 # ---------------------------------------------------------------------------- the exporter
 
+# ADVLOCK_MONITORING_PORTS=FIRST-LAST: the loopback ports the exporters and Prometheus may bind
+# (several test runs on one machine each given their own range); by default any free port.
+_PORTS = os.environ.get("ADVLOCK_MONITORING_PORTS", "")
+_port_cursor = 0
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    global _port_cursor
+    if not _PORTS:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    first, last = (int(p) for p in _PORTS.split("-"))
+    for _ in range(last - first + 1):
+        port = first + _port_cursor % (last - first + 1)
+        _port_cursor += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise AssertionError(f"no free port in ADVLOCK_MONITORING_PORTS={_PORTS}")
 
 
 class Exporter:
@@ -184,6 +206,128 @@ class Exporter:
             self.proc.terminate()
             try:
                 self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+# ---------------------------------------------------------------------------- queries.yaml
+
+def exported_series(path=QUERIES) -> dict:
+    """Every series queries.yaml makes postgres_exporter print: {"<query>_<column>": usage}
+    for each column that is not a LABEL (GAUGE, COUNTER, ...). A reader of this file's own
+    layout (the test venv has no YAML library): top-level query names at column 0, their
+    `metrics:` list items `- <column>:` with a `usage:` line."""
+    series, query, column = {}, None, None
+    for line in Path(path).read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = re.match(r"^([a-z_][a-z0-9_]*):\s*$", line)
+        if m:
+            query, column = m.group(1), None
+            continue
+        m = re.match(r"^\s+- ([a-z_][a-z0-9_]*):\s*$", line)
+        if m and query:
+            column = m.group(1)
+            continue
+        m = re.match(r"^\s+usage:\s*\"?([A-Z]+)\"?\s*$", line)
+        if m and query and column:
+            if m.group(1) != "LABEL":
+                series[f"{query}_{column}"] = m.group(1).lower()
+            column = None
+    return series
+
+
+# ---------------------------------------------------------------------------- Prometheus
+
+class Prometheus:
+    """A real Prometheus server (Debian's prometheus) on loopback, with a temporary config and
+    storage directory, scraping `targets` every `interval` seconds (job "postgres"), with
+    `rule_files` loaded; queried through its HTTP API."""
+
+    def __init__(self, name: str, targets, interval: float = 1.0, rule_files=()):
+        self.name, self.targets, self.interval = name, list(targets), interval
+        self.rule_files = [str(p) for p in rule_files]
+        self.dir = Path(tempfile.mkdtemp(prefix=f"prometheus-{name}.", dir=WORKDIR))
+        self.log = WORKDIR / f"prometheus-{name}.log"
+        self.proc = None
+        self.port = None
+
+    def start(self, timeout: float = 60.0):
+        assert os.access(PROMETHEUS_BIN, os.X_OK), (
+            f"{PROMETHEUS_BIN} is missing: scripts/setup.sh installs Debian's prometheus package")
+        ms = int(self.interval * 1000)
+        config = self.dir / "prometheus.yml"
+        config.write_text(
+            "global:\n"
+            f"  scrape_interval: {ms}ms\n"
+            f"  scrape_timeout: {ms}ms\n"
+            f"  evaluation_interval: {ms}ms\n"
+            + ("rule_files:\n" + "".join(f"  - {f}\n" for f in self.rule_files) if self.rule_files else "")
+            + "scrape_configs:\n"
+            "  - job_name: postgres\n"
+            "    static_configs:\n"
+            f"      - targets: [{', '.join(repr(t) for t in self.targets)}]\n")
+        for _attempt in range(3):   # the free port may be taken between the probe and the bind
+            self.port = free_port()
+            args = [PROMETHEUS_BIN, f"--config.file={config}", f"--storage.tsdb.path={self.dir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1d"]
+            with open(self.log, "ab") as log:
+                log.write(f"\n### {' '.join(args)}\n".encode())
+                log.flush()
+                self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, cwd=self.dir)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    self.get("/-/ready")
+                    return self
+                except OSError:
+                    time.sleep(0.2)
+            self.stop()
+        raise AssertionError(f"Prometheus did not start; log:\n{self.log_tail()}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str, timeout: float = 15.0) -> str:
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+            return r.read().decode()
+
+    def api(self, path: str, **params):
+        """GET /api/v1/<path>; the `data` of a success, else an AssertionError naming the error."""
+        url = f"/api/v1/{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        try:
+            body = json.loads(self.get(url))
+        except urllib.error.HTTPError as e:
+            body = json.loads(e.read().decode() or "{}")
+        assert body.get("status") == "success", f"{path} {params}: {body}"
+        return body["data"]
+
+    def query(self, expr: str, at: float = None) -> list:
+        """An instant query: [(labels dict, value float)]."""
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self.api("query", **params)
+        assert data["resultType"] == "vector", data
+        return [(r["metric"], float(r["value"][1])) for r in data["result"]]
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)

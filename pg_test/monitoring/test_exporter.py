@@ -18,7 +18,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from monsupport import (BLIND_ROLE, COUNTERS, EXPECTED_METRICS, IDLE_THRESHOLD_S, conninfo,
-                        connect, wait_until)
+                        connect, exported_series, wait_until)
 
 NS = "reports"
 POLL = 0.25          # seconds between scrapes
@@ -54,6 +54,34 @@ def test_metric_names_and_types(exporter, preloaded, metrics_view):
     hold = s.value("advlock_oldest_hold_seconds", ns="")
     assert (hold == 0) if preloaded else math.isnan(hold)
     assert s.value("advlock_oldest_wait_seconds", ns="") == 0
+
+
+def test_every_series_of_queries_yaml_printed(exporter, admin, preloaded, metrics_view):
+    """Every series the file defines (as test_series_list.py and the dashboard read it) is on
+    /metrics with its type; the preloaded-only queries (advlock_lease, advlock_stats_info:
+    gated, never raising) print nothing without preload, and no query fails."""
+    assert admin.execute("SELECT advlock_try_with_timeout('reports', 'warm-up', 0)").fetchone()[0] is True
+    s = exporter.scrape()
+    assert s.value("pg_exporter_last_scrape_error") == 0, exporter.log_tail()
+    preloaded_only = ("advlock_lease_", "advlock_stats_info_")
+    series = exported_series()
+    for name, kind in series.items():
+        if name.startswith(preloaded_only) and not preloaded:
+            assert s.series(name) == [] and name not in s.types, (name, s.series(name))
+            continue
+        assert s.types.get(name) == kind, f"{name}: # TYPE {s.types.get(name)}, expected {kind}"
+        assert s.series(name), f"{name}: no sample"
+    printed = {n for n, _, _ in s.samples if n.startswith("advlock_")}
+    assert printed <= set(series), f"printed but not in queries.yaml: {printed - set(series)}"
+    if preloaded:
+        assert s.value("advlock_stats_info_max_labels") == 4096       # advlock.max_labels default
+        assert s.value("advlock_stats_info_max_namespaces") == 256    # advlock.max_namespaces default
+        assert s.value("advlock_stats_info_namespaces_in_use") >= 1   # "reports" at least
+        for name in ("advlock_stats_info_labels_dropped_total", "advlock_stats_info_stats_dropped_total"):
+            assert s.value(name) == 0, name
+    assert s.value("advlock_idle_holders") == 0 and s.value("advlock_idle_oldest_seconds") == 0
+    assert "advlock" not in "\n".join(line for line in exporter.log.read_text(errors="replace").splitlines()
+                                      if "error" in line.lower()), exporter.log_tail()
 
 
 def test_leak_detected_and_cleared(exporter, admin, preloaded, metrics_view):

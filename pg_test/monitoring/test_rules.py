@@ -9,7 +9,8 @@ RULES = RULES_DIR / "advlock-rules.yml"
 TESTS = RULES_DIR / "advlock-rules.test.yml"
 ALERTS = ["AdvlockLeasesExpiring", "AdvlockLeakedLock", "AdvlockWaitersPilingUp", "AdvlockOldestWaitTooOld",
           "AdvlockTimeoutsRising", "AdvlockHiddenHolders", "AdvlockAdvisoryLocksFillLockTable",
-          "AdvlockLockTableNearlyFull", "AdvlockMetricsMissing"]
+          "AdvlockLockTableNearlyFull", "AdvlockLeaseTableNearlyFull", "AdvlockLabelTableNearlyFull",
+          "AdvlockStatsTableNearlyFull", "AdvlockMetricsMissing"]
 
 
 def promtool(*args):

@@ -233,7 +233,7 @@ def test_ttl_runs_out_while_renewals_are_blocked(admin: psycopg.Connection[Any])
 
     async def main() -> None:
         p = await apool(1)
-        with pytest.raises(advlock.LeaseLost, match="no renewal succeeded within the ttl of 400 ms") as info:
+        with pytest.raises(advlock.LeaseLost, match="no renewal succeeded before the renew deadline") as info:
             async with advlock.lease(p, "report", "daily", ttl=0.4, timeout=1.0) as lease:
                 async with p.connection() as conn:
                     await conn.execute("SELECT 1")
@@ -241,8 +241,8 @@ def test_ttl_runs_out_while_renewals_are_blocked(admin: psycopg.Connection[Any])
         # The renewals' last error: no connection in time (the pool's timeout or the renewal's own).
         assert "PoolTimeout" in str(info.value) or "TimeoutError" in str(info.value)
         assert lease.lost is not None and lease.renewals == 0
-        # Expired on the server too (the release on exit found it gone).
-        assert row_of(admin, lease.token) is None
+        # Not released early (stopped at the renew deadline): it runs out on the server at its TTL.
+        wait_until(lambda: row_of(admin, lease.token) is None, 5.0, "the lease to expire on the server")
         await p.close()
 
     asyncio.run(main())
@@ -291,7 +291,8 @@ def test_timeout_raises_lease_timeout_naming_the_holder(admin: psycopg.Connectio
     with pool(1, "holder") as ph, pool(1, "waiter") as pw:
         with advlock.lease(ph, "report", "daily", ttl=5.0, timeout=0) as held:
             started = time.monotonic()
-            with pytest.raises(advlock.LeaseTimeout, match="within 200 ms") as info:
+            held_by = r"within 200 ms: held by PID \d+ \(application_name 'holder'\)"
+            with pytest.raises(advlock.LeaseTimeout, match=held_by) as info:
                 with advlock.lease(pw, "report", "daily", ttl=5.0, timeout=0.2):
                     raise AssertionError("must not get the lease")
             assert 0.15 < time.monotonic() - started < 2
@@ -430,3 +431,74 @@ def test_the_sql_edition_has_no_leases() -> None:
     with pool(1) as p, pytest.raises(advlock.LeasesUnavailable, match="the SQL edition has none"):
         with advlock.lease(p, "report", "daily", ttl=30, timeout=1):
             pass
+
+
+# ---- the renew deadline: the body stops before the server ends the lease --------------------
+
+
+@leases
+def test_body_stops_before_a_contender_is_granted(admin: psycopg.Connection[Any]) -> None:
+    """Renewals blocked (the pool's only connection is taken), a contender waiting: by server
+    time (clock_timestamp() of each write), the body's last write comes before the contender's
+    grant. 0.4.0 cancelled the body at the TTL itself, ~7 ms after a contender could be granted."""
+    admin.execute("DROP TABLE IF EXISTS lease_body_writes")
+    admin.execute("CREATE UNLOGGED TABLE lease_body_writes (at timestamptz NOT NULL)")
+
+    async def contender(granted: list[Any]) -> None:
+        conn = await asyncpg.connect(DSN, server_settings={"application_name": "contender"})
+        try:
+            row = await conn.fetchrow(
+                "WITH l AS MATERIALIZED (SELECT advlock_lease('report', 'daily', 5000, 10000) AS id)"
+                " SELECT id, clock_timestamp() FROM l"
+            )
+            granted.append(row)
+            await conn.execute("SELECT advlock_lease_release($1)", row[0])
+        finally:
+            await conn.close()
+
+    async def main() -> None:
+        p = await apool(1)
+        writer = await asyncpg.connect(DSN)
+        granted: list[Any] = []
+        task = None
+        with pytest.raises(advlock.LeaseLost, match="before the renew deadline"):
+            async with advlock.lease(p, "report", "daily", ttl=0.6, timeout=1.0) as lease:
+                assert lease.renew_deadline_ms == 400
+                task = asyncio.create_task(contender(granted))
+                async with p.connection():  # renewals now wait for a connection that never comes
+                    while True:
+                        await writer.execute("INSERT INTO lease_body_writes VALUES (clock_timestamp())")
+                        await asyncio.sleep(0.002)
+        assert task is not None
+        await task
+        await writer.close()
+        await p.close()
+        last_write = admin.execute("SELECT max(at) FROM lease_body_writes").fetchone()
+        assert last_write is not None and granted, granted
+        assert granted[0][0] > lease.token
+        margin = (granted[0][1] - last_write[0]).total_seconds()
+        assert margin > 0, f"the body wrote {-margin * 1000:.1f} ms after the contender was granted"
+
+    asyncio.run(main())
+    admin.execute("DROP TABLE lease_body_writes")
+
+
+@leases
+def test_sync_check_raises_at_the_renew_deadline_while_renewals_hang() -> None:
+    with pool(1) as p:
+        with pytest.raises(advlock.LeaseLost):
+            with advlock.lease(p, "report", "daily", ttl=0.6, timeout=1.0, renew_deadline=0.3) as lease:
+                with p.connection():  # the renewal thread waits for the pool
+                    started = time.monotonic()
+                    with pytest.raises(advlock.LeaseLost, match=r"before the renew deadline \(300 ms"):
+                        while True:
+                            lease.check()
+                            time.sleep(0.005)
+                    # check() says so at the deadline, though the renewal thread is still stuck.
+                    assert time.monotonic() - started < 0.6
+
+
+@pytest.mark.parametrize("renew_deadline", [0, 1.0, 2.0, -1])
+def test_renew_deadline_must_be_inside_the_ttl(renew_deadline: float) -> None:
+    with pool(1) as p, pytest.raises(ValueError, match="renew_deadline"):
+        advlock.lease(p, "report", "daily", ttl=1.0, timeout=1.0, renew_deadline=renew_deadline)

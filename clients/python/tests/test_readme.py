@@ -1,5 +1,6 @@
-"""Every ```python block of clients/python/README.md runs as written (DATABASE_URL set); the lease
-examples on a preloaded server only (skipped elsewhere, saying why)."""
+"""Every ```python block of clients/python/README.md runs as written (DATABASE_URL set), in the
+fresh venv run_tests.sh builds from the README's install line; the lease examples on a preloaded
+server only (skipped elsewhere, saying why)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def test_readme_has_lease_examples() -> None:
 @pytest.mark.parametrize("code", CASES, ids=[f"block{i + 1}" for i in range(len(BLOCKS))])
 def test_readme_example_runs(code: str) -> None:
     env = {**os.environ, "DATABASE_URL": DSN}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    # run_tests.sh names a fresh venv with only the README's install line in it.
+    python = os.environ.get("ADVLOCK_README_PYTHON") or sys.executable
+    done = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, f"{code}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
     # `# -> text`: output the example promises.
     for expected in re.findall(r"# -> (.+)$", code, re.M):

@@ -77,10 +77,10 @@ def test_body_error_still_unlocks_and_closes(admin: psycopg.Connection[Any]) -> 
 def test_pooled_connections_are_refused() -> None:
     with psycopg_pool.ConnectionPool(DSN, min_size=1, max_size=1) as pool, pool.connection() as conn:
         for thing in (pool, conn):
-            with pytest.raises(TypeError, match=r"takes a DSN string.*session_lock\(dsn, \.\.\.\)"):
+            with pytest.raises(TypeError, match=r"takes a DSN \(a connection string.*session_lock\(dsn, \.\.\.\)"):
                 advlock.session_lock(thing, "migrate", timeout=1)  # type: ignore[arg-type]
     engine = create_engine(make_url(DSN).set(drivername="postgresql+psycopg"))
-    with pytest.raises(TypeError, match="pooled connection"):
+    with pytest.raises(TypeError, match=r"pooled connection.*for an Engine: session_lock\(engine.url, \.\.\.\)"):
         advlock.session_lock(engine, "migrate", timeout=1)  # type: ignore[arg-type]
 
     async def main() -> None:
@@ -214,3 +214,41 @@ def test_cancelled_async_session_lock_leaves_no_waiter(driver: Driver, admin: ps
             assert advisory_locks(admin) == [(held.pid, True, "ExclusiveLock", KEY)]
 
     asyncio.run(main())
+
+
+# ---- what a DSN may be -------------------------------------------------------------------------
+
+
+def keywords(dsn: str) -> str:
+    """The libpq key=value form of a postgresql:// DSN."""
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    return " ".join(f"{k}='{v}'" for k, v in info.items())
+
+
+def test_sqlalchemy_urls_and_key_value_dsns_for_every_driver(admin: psycopg.Connection[Any]) -> None:
+    engine = create_engine(make_url(DSN).set(drivername="postgresql+psycopg"))
+    forms: list[object] = [engine.url, str(make_url(DSN).set(drivername="postgresql+asyncpg")), keywords(DSN)]
+    for dsn in forms:
+        with advlock.session_lock(dsn, "migrate", timeout=1) as held:  # type: ignore[arg-type]
+            assert advisory_locks(admin, held.pid) == [(held.pid, True, "ExclusiveLock", KEY)]
+
+    async def main() -> None:
+        for dsn in forms:
+            async with advlock.session_lock(dsn, "migrate", timeout=1, driver="asyncpg") as held:  # type: ignore[arg-type]
+                assert advisory_locks(admin, held.pid) == [(held.pid, True, "ExclusiveLock", KEY)]
+
+    asyncio.run(main())
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("dsn", "error", "match"),
+    [
+        ("host=/tmp port", ValueError, "dsn: not a libpq connection string"),
+        (make_url("mysql://u@h/db"), ValueError, "needs a PostgreSQL URL, got a 'mysql' URL"),
+    ],
+)
+def test_bad_dsns_are_refused_before_connecting(dsn: object, error: type[Exception], match: str) -> None:
+    for driver in ("psycopg", "asyncpg"):
+        with pytest.raises(error, match=match):
+            advlock.session_lock(dsn, "migrate", timeout=1, driver=driver)  # type: ignore[arg-type]

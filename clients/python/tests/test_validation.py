@@ -18,11 +18,11 @@ BAD_CALLS = [
     (lambda c: advlock.lock(c, "account", 42, timeout=-1), ValueError, "timeout"),
     (lambda c: advlock.lock(c, "account", 42, timeout=float("nan")), ValueError, "timeout"),
     (lambda c: advlock.lock(c, "account", 42, timeout=True), TypeError, "timeout"),
-    (lambda c: advlock.lock(c, "account", 42, timeout="2"), TypeError, "timeout"),  # type: ignore[arg-type]
+    (lambda c: advlock.lock(c, "account", 42, timeout="2"), TypeError, "timeout"),  # type: ignore[call-overload]
     (lambda c: advlock.lock(c, "account", 42, timeout=3e6), ValueError, "timeout"),
     (lambda c: advlock.lock(c, "", 42, timeout=1), ValueError, "ns"),
     (lambda c: advlock.lock(c, "account", True, timeout=1), TypeError, "id"),
-    (lambda c: advlock.lock(c, "account", 42, timeout=1, shared="yes"), TypeError, "shared"),  # type: ignore[arg-type]
+    (lambda c: advlock.lock(c, "account", 42, timeout=1, shared="yes"), TypeError, "shared"),  # type: ignore[call-overload]
     (lambda c: advlock.try_lock(c, "account", None), TypeError, "id"),  # type: ignore[call-overload]
     (lambda c: advlock.try_lock(c, "account", 1, timeout=-0.5), ValueError, "timeout"),
     (lambda c: advlock.lock_all(c, "account", [], timeout=1), ValueError, "ids"),
@@ -72,7 +72,7 @@ def test_session_lock_bad_arguments_before_connecting(
 
 def test_not_a_connection() -> None:
     with pytest.raises(TypeError, match=r"^conn: expected a psycopg, asyncpg or SQLAlchemy connection"):
-        advlock.lock(DSN, "account", 42, timeout=1)  # type: ignore[arg-type]
+        advlock.lock(DSN, "account", 42, timeout=1)  # type: ignore[call-overload]
     with psycopg_pool.ConnectionPool(DSN, min_size=1, max_size=1, open=True) as pool:
         with pytest.raises(TypeError, match=r"not a pool: `with pool.connection\(\) as conn:`"):
             advlock.try_lock(pool, "account", 42)  # type: ignore[call-overload]
@@ -82,11 +82,12 @@ def test_wrong_with_for_the_connection_kind() -> None:
     async def main() -> None:
         aconn = await psycopg.AsyncConnection.connect(DSN, autocommit=True)
         async with aconn:
-            with pytest.raises(TypeError, match="use `async with`"), advlock.lock(aconn, "account", 42, timeout=1):
+            # mypy --strict rejects this (the ignore would be unused otherwise); at run time a TypeError.
+            with pytest.raises(TypeError, match="use `async with`"), advlock.lock(aconn, "account", 42, timeout=1):  # type: ignore[attr-defined]
                 pass
         with connect() as conn, conn.transaction():
             with pytest.raises(TypeError, match="use `with`, not `async with`"):
-                async with advlock.lock(conn, "account", 42, timeout=1):
+                async with advlock.lock(conn, "account", 42, timeout=1):  # type: ignore[attr-defined]
                     pass
 
     asyncio.run(main())

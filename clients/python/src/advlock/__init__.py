@@ -4,43 +4,54 @@ Thin wrappers over the advlock extension's SQL functions: every wait is bounded 
 server, keys follow advlock's key spec v1, and the scope rules are enforced, not documented.
 """
 
-from ._api import LockEntry, XactLock, holders, lock, lock_all, try_lock
+from ._api import AsyncXactLock, LockEntry, XactLock, fence, holders, lease_check, lock, lock_all, try_lock
 from ._errors import (
     Error,
+    FenceRefused,
     Holder,
     LeaseLost,
+    LeaseNotHeld,
     LeasesUnavailable,
     LeaseTimeout,
     LockLost,
     LockTimeout,
+    NotInstalled,
     NotInTransaction,
     NotPreloaded,
+    UnsafePooler,
 )
 from ._key import key
 from ._lease import Lease, lease
 from ._session import AsyncHeldLock, HeldLock, SessionLock, session_lock
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "AsyncHeldLock",
+    "AsyncXactLock",
     "Error",
+    "FenceRefused",
     "HeldLock",
     "Holder",
     "Lease",
     "LeaseLost",
+    "LeaseNotHeld",
     "LeaseTimeout",
     "LeasesUnavailable",
     "LockEntry",
     "LockLost",
     "LockTimeout",
     "NotInTransaction",
+    "NotInstalled",
     "NotPreloaded",
     "SessionLock",
+    "UnsafePooler",
     "XactLock",
+    "__version__",
+    "fence",
     "holders",
     "key",
     "lease",
+    "lease_check",
     "lock",
     "lock_all",
     "session_lock",

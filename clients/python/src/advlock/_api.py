@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Protocol, TypeAlias, overload
+from typing import TYPE_CHECKING, NoReturn, Protocol, TypeAlias, overload
 
-from ._drivers import AsyncAdapter, SyncAdapter, adapt, call_sql
-from ._errors import NotInTransaction, as_lock_timeout
+from ._drivers import SCHEMA, AsyncAdapter, SyncAdapter, adapt, call_sql, check_schema
+from ._errors import Error, FenceRefused, LeaseNotHeld, NotInTransaction, as_lock_timeout, find_sqlstate, server_text
 from ._key import check_ns, id_text, key
 
 
@@ -59,26 +60,39 @@ def mode_of(shared: object) -> str:
     return "shared" if shared else "exclusive"
 
 
+_NEEDS_XACT = {
+    "fence": "records its token with the write transaction",
+    "lease_check": "checks the lease for the write transaction",
+}
+
+
+def _needs_xact(what: str) -> str:
+    return _NEEDS_XACT.get(what, "takes a transaction-scope lock")
+
+
 def _check_sync(adapter: SyncAdapter, what: str) -> None:
     problem = adapter.xact_problem()
     if problem is not None:
-        raise NotInTransaction(f"advlock.{what}() takes a transaction-scope lock, but {problem}")
+        raise NotInTransaction(f"advlock.{what}() {_needs_xact(what)}, but {problem}")
 
 
 async def _check_async(adapter: AsyncAdapter, what: str) -> None:
     problem = await adapter.xact_problem()
     if problem is not None:
-        raise NotInTransaction(f"advlock.{what}() takes a transaction-scope lock, but {problem}")
+        raise NotInTransaction(f"advlock.{what}() {_needs_xact(what)}, but {problem}")
 
 
-class XactLock:
-    """What lock() and lock_all() return: use it with `with` (blocking connections) or
-    `async with` (asyncio ones). The lock is taken on entry with a server-side bounded wait
-    and released by the server at COMMIT/ROLLBACK of the enclosing transaction; PostgreSQL
-    cannot release a transaction-scope lock earlier, so leaving the block releases nothing."""
-
-    def __init__(self, conn: object, what: str, sql: str, args: Sequence[object], ns: str, ids: Sequence[str]) -> None:
-        self._adapter = adapt(conn)
+class _XactBase:
+    def __init__(
+        self,
+        adapter: SyncAdapter | AsyncAdapter,
+        what: str,
+        sql: str,
+        args: Sequence[object],
+        ns: str,
+        ids: Sequence[str],
+    ) -> None:
+        self._adapter = adapter
         self._what, self._sql, self._args = what, sql, args
         self.ns = ns
         self.ids = tuple(ids)
@@ -89,17 +103,24 @@ class XactLock:
         # `advlock.lock(conn, ...)` alone, without `with`, takes no lock: say so, as Python
         # does for a coroutine that is never awaited.
         if not getattr(self, "_entered", True):
+            how = "async with" if isinstance(self._adapter, AsyncAdapter) else "with"
             warnings.warn(
-                f"advlock.{self._what}() was never entered, so no lock was taken: use `with advlock.{self._what}(...):`"
-                f" (or `async with`)",
+                f"advlock.{self._what}() was never entered, so no lock was taken:"
+                f" use `{how} advlock.{self._what}(...):`",
                 RuntimeWarning,
                 stacklevel=1,
             )
 
+
+class XactLock(_XactBase):
+    """What lock() and lock_all() return for a blocking connection: use it with `with`. The
+    lock is taken on entry with a server-side bounded wait and released by the server at
+    COMMIT/ROLLBACK of the enclosing transaction; PostgreSQL cannot release a
+    transaction-scope lock earlier, so leaving the block releases nothing."""
+
     def __enter__(self) -> XactLock:
         self._entered = True
-        if not isinstance(self._adapter, SyncAdapter):
-            raise TypeError(f"advlock.{self._what}() on an asyncio connection: use `async with`")
+        assert isinstance(self._adapter, SyncAdapter)
         _check_sync(self._adapter, self._what)
         try:
             self._adapter.query(self._sql, self._args)
@@ -113,10 +134,23 @@ class XactLock:
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
         return None
 
-    async def __aenter__(self) -> XactLock:
-        self._entered = True
-        if not isinstance(self._adapter, AsyncAdapter):
+    if not TYPE_CHECKING:  # a clear error at run time; to the type checker there is no `async with`
+
+        async def __aenter__(self) -> NoReturn:
+            self._entered = True
             raise TypeError(f"advlock.{self._what}() on a blocking connection: use `with`, not `async with`")
+
+        async def __aexit__(self, *exc: object) -> None:
+            return None
+
+
+class AsyncXactLock(_XactBase):
+    """What lock() and lock_all() return for an asyncio connection: use it with `async with`
+    (the same lock as XactLock, taken with an awaited statement)."""
+
+    async def __aenter__(self) -> AsyncXactLock:
+        self._entered = True
+        assert isinstance(self._adapter, AsyncAdapter)
         await _check_async(self._adapter, self._what)
         try:
             await self._adapter.query(self._sql, self._args)
@@ -130,22 +164,92 @@ class XactLock:
     async def __aexit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
         return None
 
+    if not TYPE_CHECKING:
 
+        def __enter__(self) -> NoReturn:
+            self._entered = True
+            raise TypeError(f"advlock.{self._what}() on an asyncio connection: use `async with`")
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+
+def _xact_lock(
+    conn: object, schema: str | None, what: str, sql: str, args: Sequence[object], ns: str, ids: Sequence[str]
+) -> XactLock | AsyncXactLock:
+    adapter = adapt(conn, check_schema(schema))
+    cls = XactLock if isinstance(adapter, SyncAdapter) else AsyncXactLock
+    return cls(adapter, what, sql, args, ns, ids)
+
+
+@overload
 def lock(
-    conn: SyncConnection | AsyncConnection, ns: str, id: str | int = "", *, timeout: float, shared: bool = False
-) -> XactLock:
+    conn: SyncConnection,
+    ns: str,
+    id: str | int = "",
+    *,
+    timeout: float,
+    shared: bool = False,
+    schema: str | None = None,
+) -> XactLock: ...
+@overload
+def lock(
+    conn: AsyncConnection,
+    ns: str,
+    id: str | int = "",
+    *,
+    timeout: float,
+    shared: bool = False,
+    schema: str | None = None,
+) -> AsyncXactLock: ...
+def lock(
+    conn: SyncConnection | AsyncConnection,
+    ns: str,
+    id: str | int = "",
+    *,
+    timeout: float,
+    shared: bool = False,
+    schema: str | None = None,
+) -> XactLock | AsyncXactLock:
     """Lock (ns, id) for the rest of the current transaction, waiting at most `timeout`
     seconds in the server's lock queue (advlock_lock_with_timeout); LockTimeout names the
-    holder. The timeout is required: an unbounded wait is the trap advlock removes."""
+    holder. The timeout is required: an unbounded wait is the trap advlock removes.
+    `with` on a blocking connection, `async with` on an asyncio one."""
     text = id_text(id)
     args = [check_ns(ns), text, timeout_ms(timeout), mode_of(shared)]
     sql = call_sql("advlock_lock_with_timeout", "text", "text", "int4")
-    return XactLock(conn, "lock", sql, args, ns, [text])
+    return _xact_lock(conn, schema, "lock", sql, args, ns, [text])
 
 
+@overload
 def lock_all(
-    conn: SyncConnection | AsyncConnection, ns: str, ids: Iterable[str | int], *, timeout: float, shared: bool = False
-) -> XactLock:
+    conn: SyncConnection,
+    ns: str,
+    ids: Iterable[str | int],
+    *,
+    timeout: float,
+    shared: bool = False,
+    schema: str | None = None,
+) -> XactLock: ...
+@overload
+def lock_all(
+    conn: AsyncConnection,
+    ns: str,
+    ids: Iterable[str | int],
+    *,
+    timeout: float,
+    shared: bool = False,
+    schema: str | None = None,
+) -> AsyncXactLock: ...
+def lock_all(
+    conn: SyncConnection | AsyncConnection,
+    ns: str,
+    ids: Iterable[str | int],
+    *,
+    timeout: float,
+    shared: bool = False,
+    schema: str | None = None,
+) -> XactLock | AsyncXactLock:
     """Lock every (ns, id) or none, within one overall deadline of `timeout` seconds
     (advlock_lock_all_with_timeout: ascending key order, so callers never deadlock each other)."""
     if isinstance(ids, (str, bytes)):
@@ -155,26 +259,44 @@ def lock_all(
         raise ValueError("ids must not be empty")
     args: list[object] = [check_ns(ns), texts, timeout_ms(timeout), mode_of(shared)]
     sql = call_sql("advlock_lock_all_with_timeout", "text", "text[]", "int4")
-    return XactLock(conn, "lock_all", sql, args, ns, texts)
+    return _xact_lock(conn, schema, "lock_all", sql, args, ns, texts)
 
 
 @overload
 def try_lock(
-    conn: SyncConnection, ns: str, id: str | int = "", *, timeout: float = 0, shared: bool = False
+    conn: SyncConnection,
+    ns: str,
+    id: str | int = "",
+    *,
+    timeout: float = 0,
+    shared: bool = False,
+    schema: str | None = None,
 ) -> bool: ...
 @overload
 def try_lock(
-    conn: AsyncConnection, ns: str, id: str | int = "", *, timeout: float = 0, shared: bool = False
+    conn: AsyncConnection,
+    ns: str,
+    id: str | int = "",
+    *,
+    timeout: float = 0,
+    shared: bool = False,
+    schema: str | None = None,
 ) -> Awaitable[bool]: ...
 def try_lock(
-    conn: SyncConnection | AsyncConnection, ns: str, id: str | int = "", *, timeout: float = 0, shared: bool = False
+    conn: SyncConnection | AsyncConnection,
+    ns: str,
+    id: str | int = "",
+    *,
+    timeout: float = 0,
+    shared: bool = False,
+    schema: str | None = None,
 ) -> bool | Awaitable[bool]:
     """Take (ns, id) for the rest of the transaction if it is free (or frees up within
     `timeout` seconds, default 0: no wait): True when held, False when not. Await the result
     on an asyncio connection."""
     args = [check_ns(ns), id_text(id), timeout_ms(timeout), mode_of(shared)]
     sql = call_sql("advlock_try_with_timeout", "text", "text", "int4")
-    adapter = adapt(conn)
+    adapter = adapt(conn, check_schema(schema))
     if isinstance(adapter, SyncAdapter):
         _check_sync(adapter, "try_lock")
         return bool(adapter.query(sql, args)[0][0])
@@ -207,16 +329,20 @@ class LockEntry:
 
 _HOLDERS_SQL = (
     "SELECT key, mode, granted, pid, application_name, backend_state, idle_for, is_idle_holder,"
-    " waiting_since, blocked_by, label, scope, held_since FROM advlock_holders"
+    " waiting_since, blocked_by, label, scope, held_since FROM @.advlock_holders"
 )
 
 
 @overload
-def holders(conn: SyncConnection, ns: str | None = None, id: str | int = "") -> list[LockEntry]: ...
-@overload
-def holders(conn: AsyncConnection, ns: str | None = None, id: str | int = "") -> Awaitable[list[LockEntry]]: ...
 def holders(
-    conn: SyncConnection | AsyncConnection, ns: str | None = None, id: str | int = ""
+    conn: SyncConnection, ns: str | None = None, id: str | int = "", *, schema: str | None = None
+) -> list[LockEntry]: ...
+@overload
+def holders(
+    conn: AsyncConnection, ns: str | None = None, id: str | int = "", *, schema: str | None = None
+) -> Awaitable[list[LockEntry]]: ...
+def holders(
+    conn: SyncConnection | AsyncConnection, ns: str | None = None, id: str | int = "", *, schema: str | None = None
 ) -> list[LockEntry] | Awaitable[list[LockEntry]]:
     """The rows of advlock_holders (holders first, then waiters, by key and pid); with ns,
     only those of the lock key(ns, id). Await the result on an asyncio connection."""
@@ -225,11 +351,95 @@ def holders(
     else:
         sql, args = _HOLDERS_SQL + " WHERE key = CAST({} AS int8)", [key(ns, id)]
     sql += " ORDER BY NOT granted, key, pid"
-    adapter = adapt(conn)
+    adapter = adapt(conn, check_schema(schema))
     if isinstance(adapter, SyncAdapter):
         return [LockEntry(*row) for row in adapter.query(sql, args)]
 
     async def run(a: AsyncAdapter) -> list[LockEntry]:
         return [LockEntry(*row) for row in await a.query(sql, args)]
+
+    return run(adapter)
+
+
+_FENCE = "SELECT " + SCHEMA + "advlock_fence(CAST({} AS text), CAST({} AS text), CAST({} AS int8))"
+_LEASE_CHECK = "SELECT " + SCHEMA + "advlock_lease_check(CAST({} AS int8))"
+_PASSED = re.compile(r"token (\d+) has passed it")
+
+
+def _check_token(token: object, name: str = "token") -> int:
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise TypeError(f"{name} must be an int (a fencing token), got {type(token).__name__}")
+    if not 1 <= token <= 2**63 - 1:
+        raise ValueError(f"{name} must be a positive bigint (advlock's tokens are), got {token}")
+    return token
+
+
+def _fence_error(e: BaseException, token: int) -> Error | None:
+    refused = find_sqlstate(e, "LK001")
+    if refused is not None:
+        message, detail = server_text(refused)
+        m = _PASSED.search(message)
+        return FenceRefused(message, token, int(m.group(1)) if m else None, detail)
+    gone = find_sqlstate(e, "LK002")
+    if gone is not None:
+        message, detail = server_text(gone)
+        return LeaseNotHeld(message if not detail else f"{message}\nDETAIL: {detail}")
+    return None
+
+
+@overload
+def fence(conn: SyncConnection, ns: str, id: str | int = "", *, token: int, schema: str | None = None) -> None: ...
+@overload
+def fence(
+    conn: AsyncConnection, ns: str, id: str | int = "", *, token: int, schema: str | None = None
+) -> Awaitable[None]: ...
+def fence(
+    conn: SyncConnection | AsyncConnection, ns: str, id: str | int = "", *, token: int, schema: str | None = None
+) -> Awaitable[None] | None:
+    """Pass the fence of (ns, id) with `token` in the current write transaction
+    (advlock_fence): FenceRefused when a larger token has already passed it (a newer holder took
+    over: roll back), else the token is recorded with the transaction. Call it first in the
+    transaction, before the writes it protects. Await it on an asyncio connection."""
+    args = [check_ns(ns), id_text(id), _check_token(token)]
+    return _run_checked(conn, schema, "fence", _FENCE, args, token)
+
+
+@overload
+def lease_check(conn: SyncConnection, lease: int, *, schema: str | None = None) -> None: ...
+@overload
+def lease_check(conn: AsyncConnection, lease: int, *, schema: str | None = None) -> Awaitable[None]: ...
+def lease_check(
+    conn: SyncConnection | AsyncConnection, lease: int, *, schema: str | None = None
+) -> Awaitable[None] | None:
+    """Raise LeaseNotHeld (advlock_lease_check, LK002) unless the lease (its token) is still
+    held, inside the current transaction. Await it on an asyncio connection."""
+    token = _check_token(lease, "lease")
+    return _run_checked(conn, schema, "lease_check", _LEASE_CHECK, [token], token)
+
+
+def _run_checked(
+    conn: object, schema: str | None, what: str, sql: str, args: list[object], token: int
+) -> Awaitable[None] | None:
+    adapter = adapt(conn, check_schema(schema))
+    if isinstance(adapter, SyncAdapter):
+        _check_sync(adapter, what)
+        try:
+            adapter.query(sql, args)
+        except Exception as e:
+            mapped = _fence_error(e, token)
+            if mapped is None:
+                raise
+            raise mapped from e
+        return None
+
+    async def run(a: AsyncAdapter) -> None:
+        await _check_async(a, what)
+        try:
+            await a.query(sql, args)
+        except Exception as e:
+            mapped = _fence_error(e, token)
+            if mapped is None:
+                raise
+            raise mapped from e
 
     return run(adapter)

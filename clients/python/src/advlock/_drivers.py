@@ -1,4 +1,5 @@
-"""One small adapter per driver: how to run a query and whether a transaction block is open.
+"""One small adapter per driver: how to run a query and whether a transaction block is open,
+and the schema advlock lives in (every advlock name in the SQL is qualified with it).
 
 No driver is imported here unless the caller's connection came from it: a connection object
 can only exist if its module is in sys.modules, so the core needs no driver installed.
@@ -6,18 +7,108 @@ can only exist if its module is in sys.modules, so the core needs no driver inst
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from ._errors import NotInstalled
+
 Row = tuple[Any, ...]
+
+# SQL templates write every advlock object as `@.advlock_name`: `@.` becomes the schema advlock
+# lives in ("advlock".), so a schema off search_path works. Parameters are written {} and each
+# adapter fills in its own placeholder style. Parameters are always sent with CAST(... AS type),
+# so no driver has to guess a type (and SQLAlchemy's text() would read `:p::text` as no
+# parameter at all).
+SCHEMA = "@."
+
+# The schema of the advlock extension, or else of the SQL edition (the schema of advlock_key()
+# that comes first on search_path, then by name); NULL when neither is installed.
+LOOKUP_SQL = (
+    "SELECT coalesce("
+    "(SELECT n.nspname FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace"
+    " WHERE e.extname = 'advlock'),"
+    " (SELECT n.nspname FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
+    " WHERE p.proname = 'advlock_key'"
+    " ORDER BY pg_catalog.array_position(pg_catalog.current_schemas(false), n.nspname) NULLS LAST, n.nspname"
+    " LIMIT 1)), pg_catalog.current_database()"
+)
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def check_schema(schema: object) -> str | None:
+    """schema=: None (find it) or a schema name, checked before any round trip."""
+    if schema is None:
+        return None
+    if not isinstance(schema, str):
+        raise TypeError(f"schema must be a str (a schema name) or None, got {type(schema).__name__}")
+    if schema == "" or "\x00" in schema:
+        raise ValueError(f"schema must be a schema name, got {schema!r}")
+    return schema
+
+
+def schema_prefix(found: Row) -> str:
+    """The `"schema".` prefix from LOOKUP_SQL's row, or NotInstalled naming the fix."""
+    schema, database = found
+    if schema is None:
+        raise NotInstalled(
+            f"advlock is not installed in database {database!r}: run CREATE EXTENSION advlock there (or install "
+            "the SQL edition, edition/advlock_sql.sql), or pass schema= naming the schema it is installed in"
+        )
+    return quote_ident(str(schema)) + "."
+
+
+# The prefix found for a driver connection, kept as long as the connection lives: pools hand
+# out the same driver connections again, so the lookup costs one round trip per connection.
+_FOUND: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def cached_prefix(raw: object) -> str | None:
+    try:
+        return _FOUND.get(raw)
+    except TypeError:  # not weak-referenceable: looked up every time
+        return None
+
+
+def remember_prefix(raw: object, prefix: str) -> None:
+    with contextlib.suppress(TypeError):
+        _FOUND[raw] = prefix
+
+
+def qualify(sql: str, prefix: str) -> str:
+    return sql.replace(SCHEMA, prefix)
 
 
 class SyncAdapter:
     """A blocking connection: psycopg.Connection, SQLAlchemy Connection or Session."""
 
-    def query(self, sql: str, args: Sequence[object]) -> list[Row]:
+    schema: str | None = None
+
+    def execute(self, sql: str, args: Sequence[object]) -> list[Row]:
+        """Run sql as written (placeholders filled in, no schema)."""
         raise NotImplementedError
+
+    def raw(self) -> object:
+        """The driver's own connection (what the schema is remembered for)."""
+        raise NotImplementedError
+
+    def prefix(self) -> str:
+        if self.schema is not None:
+            return quote_ident(self.schema) + "."
+        raw = self.raw()
+        found = cached_prefix(raw)
+        if found is None:
+            found = schema_prefix(self.execute(LOOKUP_SQL, [])[0])
+            remember_prefix(raw, found)
+        return found
+
+    def query(self, sql: str, args: Sequence[object]) -> list[Row]:
+        return self.execute(qualify(sql, self.prefix()), args)
 
     def xact_problem(self) -> str | None:
         """Why an xact-scope lock taken now would protect nothing, or None when it is fine."""
@@ -28,22 +119,35 @@ class AsyncAdapter:
     """An asyncio connection: psycopg.AsyncConnection, asyncpg (pool proxies too), SQLAlchemy
     AsyncConnection or AsyncSession."""
 
-    async def query(self, sql: str, args: Sequence[object]) -> list[Row]:
+    schema: str | None = None
+
+    async def execute(self, sql: str, args: Sequence[object]) -> list[Row]:
         raise NotImplementedError
+
+    async def raw(self) -> object:
+        raise NotImplementedError
+
+    async def prefix(self) -> str:
+        if self.schema is not None:
+            return quote_ident(self.schema) + "."
+        raw = await self.raw()
+        found = cached_prefix(raw)
+        if found is None:
+            found = schema_prefix((await self.execute(LOOKUP_SQL, []))[0])
+            remember_prefix(raw, found)
+        return found
+
+    async def query(self, sql: str, args: Sequence[object]) -> list[Row]:
+        return await self.execute(qualify(sql, await self.prefix()), args)
 
     async def xact_problem(self) -> str | None:
         raise NotImplementedError
 
 
-# SQL templates use {} for parameters; each adapter fills in its own placeholder style.
-# Parameters are always sent with CAST(... AS type), so no driver has to guess a type (and
-# SQLAlchemy's text() would read `:p::text` as no parameter at all).
-
-
 def call_sql(function: str, *types: str, mode: bool = True) -> str:
-    """SELECT function(CAST({} AS type), ..., mode => CAST({} AS text))."""
+    """SELECT @.function(CAST({} AS type), ..., mode => CAST({} AS text))."""
     args = [f"CAST({{}} AS {t})" for t in types] + (["mode => CAST({} AS text)"] if mode else [])
-    return f"SELECT {function}({', '.join(args)})"
+    return f"SELECT {SCHEMA}{function}({', '.join(args)})"
 
 
 def _psycopg_problem(conn: Any, fix: str) -> str | None:
@@ -62,10 +166,14 @@ def _psycopg_problem(conn: Any, fix: str) -> str | None:
 
 
 class _PsycopgSync(SyncAdapter):
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, schema: str | None) -> None:
         self.conn = conn
+        self.schema = schema
 
-    def query(self, sql: str, args: Sequence[object]) -> list[Row]:
+    def raw(self) -> object:
+        return self.conn
+
+    def execute(self, sql: str, args: Sequence[object]) -> list[Row]:
         from psycopg.rows import tuple_row
 
         # An explicit row factory: the caller's (dict_row, ...) must not change what we read.
@@ -78,10 +186,14 @@ class _PsycopgSync(SyncAdapter):
 
 
 class _PsycopgAsync(AsyncAdapter):
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, schema: str | None) -> None:
         self.conn = conn
+        self.schema = schema
 
-    async def query(self, sql: str, args: Sequence[object]) -> list[Row]:
+    async def raw(self) -> object:
+        return self.conn
+
+    async def execute(self, sql: str, args: Sequence[object]) -> list[Row]:
         from psycopg.rows import tuple_row
 
         # On asyncio cancellation psycopg sends a cancel request and waits for the server to
@@ -95,10 +207,15 @@ class _PsycopgAsync(AsyncAdapter):
 
 
 class _Asyncpg(AsyncAdapter):
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, schema: str | None) -> None:
         self.conn = conn
+        self.schema = schema
 
-    async def query(self, sql: str, args: Sequence[object]) -> list[Row]:
+    async def raw(self) -> object:
+        # A pool's proxy is new at every acquire; the connection behind it is not.
+        return getattr(self.conn, "_con", None) or self.conn
+
+    async def execute(self, sql: str, args: Sequence[object]) -> list[Row]:
         # When the awaiting task is cancelled, asyncpg sends the server a cancel request and
         # makes the connection's next command (the enclosing transaction's ROLLBACK) wait for
         # it: the wait ends on the server, and the rollback drops anything granted meanwhile.
@@ -132,11 +249,16 @@ def _sa_autocommit(connection: Any, raw: Any) -> bool:
 
 
 class _SASync(SyncAdapter):
-    def __init__(self, conn: Any, is_session: bool) -> None:
+    def __init__(self, conn: Any, is_session: bool, schema: str | None) -> None:
         self.conn = conn
         self.is_session = is_session
+        self.schema = schema
 
-    def query(self, sql: str, args: Sequence[object]) -> list[Row]:
+    def raw(self) -> object:
+        connection = self.conn.connection() if self.is_session else self.conn
+        return connection.connection.driver_connection
+
+    def execute(self, sql: str, args: Sequence[object]) -> list[Row]:
         stmt, params = _sa_bind(sql, args)
         return [tuple(r) for r in self.conn.execute(stmt, params).all()]
 
@@ -147,11 +269,16 @@ class _SASync(SyncAdapter):
 
 
 class _SAAsync(AsyncAdapter):
-    def __init__(self, conn: Any, is_session: bool) -> None:
+    def __init__(self, conn: Any, is_session: bool, schema: str | None) -> None:
         self.conn = conn
         self.is_session = is_session
+        self.schema = schema
 
-    async def query(self, sql: str, args: Sequence[object]) -> list[Row]:
+    async def raw(self) -> object:
+        connection = await self.conn.connection() if self.is_session else self.conn
+        return (await connection.get_raw_connection()).driver_connection
+
+    async def execute(self, sql: str, args: Sequence[object]) -> list[Row]:
         stmt, params = _sa_bind(sql, args)
         result = await self.conn.execute(stmt, params)
         return [tuple(r) for r in result.all()]
@@ -165,22 +292,23 @@ class _SAAsync(AsyncAdapter):
 Adapter = SyncAdapter | AsyncAdapter
 
 
-def adapt(conn: object) -> Adapter:
-    """The adapter for a driver connection, or TypeError naming what to pass instead."""
+def adapt(conn: object, schema: str | None = None) -> Adapter:
+    """The adapter for a driver connection, or TypeError naming what to pass instead. schema:
+    the schema advlock lives in (None: found once per connection)."""
     mods = sys.modules
     if "psycopg" in mods:
         import psycopg
 
         if isinstance(conn, psycopg.Connection):
-            return _PsycopgSync(conn)
+            return _PsycopgSync(conn, schema)
         if isinstance(conn, psycopg.AsyncConnection):
-            return _PsycopgAsync(conn)
+            return _PsycopgAsync(conn, schema)
     if "asyncpg" in mods:
         import asyncpg
         from asyncpg.pool import PoolConnectionProxy
 
         if isinstance(conn, (asyncpg.Connection, PoolConnectionProxy)):
-            return _Asyncpg(conn)
+            return _Asyncpg(conn, schema)
         if isinstance(conn, asyncpg.Pool):
             raise TypeError("conn: pass a connection, not a pool: `async with pool.acquire() as conn:`")
     if "sqlalchemy" in mods:
@@ -188,18 +316,18 @@ def adapt(conn: object) -> Adapter:
         from sqlalchemy.orm import Session
 
         if isinstance(conn, Connection):
-            return _SASync(conn, is_session=False)
+            return _SASync(conn, False, schema)
         if isinstance(conn, Session):
-            return _SASync(conn, is_session=True)
+            return _SASync(conn, True, schema)
         if isinstance(conn, Engine):
             raise TypeError("conn: pass a Connection or Session, not an Engine: `with engine.begin() as conn:`")
         if "sqlalchemy.ext.asyncio" in mods:
             from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
             if isinstance(conn, AsyncConnection):
-                return _SAAsync(conn, is_session=False)
+                return _SAAsync(conn, False, schema)
             if isinstance(conn, AsyncSession):
-                return _SAAsync(conn, is_session=True)
+                return _SAAsync(conn, True, schema)
     if "psycopg_pool" in mods:
         import psycopg_pool
 

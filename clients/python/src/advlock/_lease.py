@@ -18,20 +18,24 @@ from types import TracebackType
 from typing import Any, Protocol, TypeAlias
 
 from ._api import AsyncConnection, SyncConnection, timeout_ms
-from ._drivers import AsyncAdapter, Row, SyncAdapter, adapt
-from ._errors import Holder, LeaseLost, LeasesUnavailable, LeaseTimeout, NotPreloaded
+from ._drivers import AsyncAdapter, Row, SyncAdapter, adapt, check_schema
+from ._errors import Holder, LeaseLost, LeasesUnavailable, LeaseTimeout, NotPreloaded, chain
 from ._key import check_ns, id_text, key
 
 _INT4_MAX = 2**31 - 1
 
 _ACQUIRE = (
-    "SELECT advlock_lease(CAST({} AS text), CAST({} AS text), CAST({} AS int4), CAST({} AS int4),"
+    "SELECT @.advlock_lease(CAST({} AS text), CAST({} AS text), CAST({} AS int4), CAST({} AS int4),"
     " slots => CAST({} AS int4))"
 )
-_RENEW = "SELECT advlock_lease_renew(CAST({} AS int8), CAST({} AS int4))"
-_RELEASE = "SELECT advlock_lease_release(CAST({} AS int8))"
+# The wait, when the key is busy: commits first and holds no snapshot while it waits, so a holder
+# building an index concurrently is not stalled by the waiters (needs a connection outside a
+# transaction block: where the source cannot give one, the wait runs in _ACQUIRE instead).
+_WAIT = "CALL @.advlock_wait_lease(CAST({} AS int8), CAST({} AS int4), CAST({} AS int4), CAST({} AS int4))"
+_RENEW = "SELECT @.advlock_lease_renew(CAST({} AS int8), CAST({} AS int4))"
+_RELEASE = "SELECT @.advlock_lease_release(CAST({} AS int8))"
 # Who held the key when the wait ran out (advlock_lease returns NULL, not an error with a DETAIL).
-_WHO = "SELECT pid, application_name FROM advlock_leases WHERE key = CAST({} AS int8) AND granted ORDER BY lease"
+_WHO = "SELECT pid, application_name FROM @.advlock_leases WHERE key = CAST({} AS int8) AND granted ORDER BY lease"
 
 
 # Where a lease's statements run, structurally (see _api's connection protocols for why not the
@@ -61,13 +65,7 @@ LeaseSource: TypeAlias = _PsycopgPool | _AsyncpgPool | _Engine | _AsyncEngine | 
 def _unavailable(exc: BaseException) -> LeasesUnavailable | None:
     """NotPreloaded for 55000 (advlock not in shared_preload_libraries), LeasesUnavailable for
     42883 on advlock_lease* (the SQL edition, or an extension older than leases), else None."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in chain(exc):
         state = getattr(e, "sqlstate", None)
         if state == "55000" and "shared_preload_libraries" in str(e):
             return NotPreloaded(
@@ -79,56 +77,107 @@ def _unavailable(exc: BaseException) -> LeasesUnavailable | None:
                 "this database has no advlock_lease(): leases need the advlock extension (the SQL edition has "
                 f"none), version with leases, preloaded via shared_preload_libraries (server: {e})"
             )
-        orig = getattr(e, "orig", None)
-        todo += [orig if isinstance(orig, BaseException) else None, e.__cause__, e.__context__]
     return None
 
 
 class _SyncRunner:
     """Runs one statement on a connection borrowed for it (or on the one connection)."""
 
-    def __init__(self, source: object) -> None:
+    def __init__(self, source: object, schema: str | None) -> None:
         self.source = source
+        self.schema = schema
 
     def query(self, sql: str, args: Sequence[object], timeout: float | None = None) -> list[Row]:
         src: Any = self.source
         if _is_psycopg_pool(src, sync=True):
             with src.connection(timeout=timeout) as conn:
-                return _sync_adapter(conn).query(sql, args)
+                return self._adapter(conn).query(sql, args)
         if _is_sa_engine(src):
             with src.begin() as conn:
-                return _sync_adapter(conn).query(sql, args)
-        return _sync_adapter(src).query(sql, args)
+                return self._adapter(conn).query(sql, args)
+        return self._adapter(src).query(sql, args)
+
+    def call(self, sql: str, args: Sequence[object]) -> list[Row] | None:
+        """Run a CALL outside any transaction block, or None where the source has none to give
+        (one psycopg connection inside a transaction)."""
+        src: Any = self.source
+        if _is_psycopg_pool(src, sync=True):
+            with src.connection() as conn:
+                return _autocommit_call(self._adapter(conn), conn, sql, args)
+        if _is_sa_engine(src):
+            with src.connect() as conn:
+                return self._adapter(conn.execution_options(isolation_level="AUTOCOMMIT")).query(sql, args)
+        if getattr(src, "autocommit", False) and _psycopg_idle(src):
+            return self._adapter(src).query(sql, args)
+        return None
+
+    def _adapter(self, conn: object) -> SyncAdapter:
+        a = adapt(conn, self.schema)
+        assert isinstance(a, SyncAdapter)
+        return a
 
 
 class _AsyncRunner:
-    def __init__(self, source: object) -> None:
+    def __init__(self, source: object, schema: str | None) -> None:
         self.source = source
+        self.schema = schema
 
     async def query(self, sql: str, args: Sequence[object], timeout: float | None = None) -> list[Row]:
         src: Any = self.source
         if _is_psycopg_pool(src, sync=False):
             async with src.connection(timeout=timeout) as conn:
-                return await _async_adapter(conn).query(sql, args)
+                return await self._adapter(conn).query(sql, args)
         if _is_asyncpg_pool(src):
             async with src.acquire(timeout=timeout) as conn:
-                return await _async_adapter(conn).query(sql, args)
+                return await self._adapter(conn).query(sql, args)
         if _is_sa_async_engine(src):
             async with src.begin() as conn:
-                return await _async_adapter(conn).query(sql, args)
-        return await _async_adapter(src).query(sql, args)
+                return await self._adapter(conn).query(sql, args)
+        return await self._adapter(src).query(sql, args)
+
+    async def call(self, sql: str, args: Sequence[object]) -> list[Row] | None:
+        src: Any = self.source
+        if _is_psycopg_pool(src, sync=False):
+            async with src.connection() as conn:
+                adapter = self._adapter(conn)
+                if conn.autocommit:
+                    return await adapter.query(sql, args)
+                await conn.set_autocommit(True)
+                try:
+                    return await adapter.query(sql, args)
+                finally:
+                    await conn.set_autocommit(False)
+        if _is_asyncpg_pool(src):
+            async with src.acquire() as conn:  # asyncpg runs outside a transaction unless asked
+                return await self._adapter(conn).query(sql, args)
+        if _is_sa_async_engine(src):
+            async with src.connect() as conn:
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                return await self._adapter(conn).query(sql, args)
+        if getattr(src, "autocommit", False) and _psycopg_idle(src):
+            return await self._adapter(src).query(sql, args)
+        return None
+
+    def _adapter(self, conn: object) -> AsyncAdapter:
+        a = adapt(conn, self.schema)
+        assert isinstance(a, AsyncAdapter)
+        return a
 
 
-def _sync_adapter(conn: object) -> SyncAdapter:
-    a = adapt(conn)
-    assert isinstance(a, SyncAdapter)
-    return a
+def _psycopg_idle(conn: Any) -> bool:
+    from psycopg.pq import TransactionStatus
+
+    return bool(conn.info.transaction_status == TransactionStatus.IDLE)
 
 
-def _async_adapter(conn: object) -> AsyncAdapter:
-    a = adapt(conn)
-    assert isinstance(a, AsyncAdapter)
-    return a
+def _autocommit_call(adapter: SyncAdapter, conn: Any, sql: str, args: Sequence[object]) -> list[Row]:
+    if conn.autocommit:
+        return adapter.query(sql, args)
+    conn.autocommit = True  # a pooled connection is idle when lent; given back as it came
+    try:
+        return adapter.query(sql, args)
+    finally:
+        conn.autocommit = False
 
 
 def _is_psycopg_pool(src: object, sync: bool) -> bool:
@@ -163,19 +212,19 @@ def _is_sa_async_engine(src: object) -> bool:
     return isinstance(src, AsyncEngine)
 
 
-def _runner(source: object) -> _SyncRunner | _AsyncRunner:
+def _runner(source: object, schema: str | None) -> _SyncRunner | _AsyncRunner:
     """The runner for a pool, an engine or a psycopg connection, or TypeError naming what to pass."""
     if _is_psycopg_pool(source, sync=True) or _is_sa_engine(source):
-        return _SyncRunner(source)
+        return _SyncRunner(source, schema)
     if _is_psycopg_pool(source, sync=False) or _is_asyncpg_pool(source) or _is_sa_async_engine(source):
-        return _AsyncRunner(source)
+        return _AsyncRunner(source, schema)
     if "psycopg" in sys.modules:
         import psycopg
 
         if isinstance(source, psycopg.Connection):
-            return _SyncRunner(source)
+            return _SyncRunner(source, schema)
         if isinstance(source, psycopg.AsyncConnection):
-            return _AsyncRunner(source)
+            return _AsyncRunner(source, schema)
     if "asyncpg" in sys.modules:
         import asyncpg
         from asyncpg.pool import PoolConnectionProxy
@@ -219,15 +268,31 @@ class Lease:
 
     `token` is the lease id, also its fencing token (larger for every later lease). `lost` is
     None while the lease is held and the reason once a renewal returned false (it expired or
-    someone released it) or no renewal succeeded within the TTL; an asyncio body is cancelled
-    then, and leaving the block raises LeaseLost. `check()` raises LeaseLost if it is lost.
-    `renewals` counts the successful renewals.
+    someone released it) or no renewal succeeded before the renew deadline; an asyncio body is
+    cancelled then, and leaving the block raises LeaseLost. `check()` raises LeaseLost if it is
+    lost or the renew deadline has passed. `renewals` counts the successful renewals.
+
+    The renew deadline (`renew_deadline` seconds after the last successful renewal was sent,
+    default two thirds of the TTL, as Kubernetes' leader election) comes before the TTL runs
+    out on the server, because the server counts the TTL from when it granted or renewed, which
+    is after the client sent the statement: stopping at the deadline leaves the margin for the
+    body's cancellation to land before anyone else can be granted the key.
 
     On one psycopg connection (rather than a pool) the renewals share it with the body: psycopg
     runs them one at a time, inside the body's transaction if one is open (an aborted
     transaction makes them fail until the TTL runs out, and the lease is lost). Prefer a pool."""
 
-    def __init__(self, source: object, ns: str, id: str | int, ttl: float, timeout: float, slots: int) -> None:
+    def __init__(
+        self,
+        source: object,
+        ns: str,
+        id: str | int,
+        ttl: float,
+        timeout: float,
+        slots: int,
+        renew_deadline: float | None = None,
+        schema: str | None = None,
+    ) -> None:
         self.ns = check_ns(ns)
         self.id = id_text(id)
         self.key = key(ns, id)
@@ -236,12 +301,26 @@ class Lease:
             raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
         self.timeout_ms = timeout_ms(timeout)
         self.slots = _slots(slots)
-        self._runner = _runner(source)
+        if renew_deadline is None:
+            self.renew_deadline_ms = self.ttl_ms * 2 // 3
+        else:
+            self.renew_deadline_ms = timeout_ms(renew_deadline, "renew_deadline")
+            if not 0 < self.renew_deadline_ms < self.ttl_ms:
+                raise ValueError(
+                    f"renew_deadline must be more than 0 and less than ttl ({ttl!r} s): the body must stop before the "
+                    f"server ends the lease, got {renew_deadline!r}"
+                )
+        self._runner = _runner(source, check_schema(schema))
         self.token: int = 0
         self.lost: BaseException | None = None
         self.renewals = 0  # successful renewals so far
-        self._interval = self.ttl_ms / 3000
-        self._expires = 0.0  # time.monotonic() by which the lease surely ends without a renewal
+        # Renew every third of the renew deadline: two retries after a failure before it passes.
+        self._interval = self.renew_deadline_ms / 3000
+        self._deadline = 0.0  # time.monotonic() at which the body must stop without a renewal
+        # Stopped at the renew deadline: the lease is left to run out on the server at its TTL
+        # rather than released, so a statement the body still had in flight (a cancelled
+        # asyncio task's, or a blocking body's last one) ends before anyone else is granted it.
+        self._stopped_at_deadline = False
         self._last_error: BaseException | None = None
         self._entered = False
         self._closing = False
@@ -258,8 +337,11 @@ class Lease:
         return f"<advlock.Lease advlock_key({self.ns!r}, {self.id!r}) token={self.token} {state}>"
 
     def check(self) -> None:
-        """Raise LeaseLost if the lease is lost: call it before a write that must not run late
-        (and fence the write with `token` anyway: the lease can end between check and write)."""
+        """Raise LeaseLost if the lease is lost or its renew deadline has passed: call it before
+        a write that must not run late (and fence the write with `token` anyway: the lease can
+        end between check and write)."""
+        if self.lost is None and self.token and not self._closing:
+            self._past_deadline()
         if self.lost is not None:
             raise self._lost_error()
 
@@ -270,15 +352,20 @@ class Lease:
         return LeaseLost(f"the lease on {self._label()} (token {self.token}) was lost: {self.lost}")
 
     def _timeout(self, rows: list[Row]) -> LeaseTimeout:
+        held_by = "; ".join(f"PID {r[0]} (application_name {r[1]!r})" for r in rows)
         e = LeaseTimeout(
             f"could not obtain a lease on key {self.key} = {self._label()} within {self.timeout_ms} ms"
             + (f" ({self.slots} slots)" if self.slots > 1 else "")
+            + (f": held by {held_by}" if held_by else "")
         )
         e.holders = tuple(Holder(int(r[0]), r[1], None) for r in rows)
         return e
 
-    def _acquire_args(self) -> list[object]:
-        return [self.ns, self.id, self.ttl_ms, self.timeout_ms, self.slots]
+    def _acquire_args(self, wait_ms: int) -> list[object]:
+        return [self.ns, self.id, self.ttl_ms, wait_ms, self.slots]
+
+    def _wait_args(self) -> list[object]:
+        return [self.key, self.ttl_ms, self.timeout_ms, self.slots]
 
     def _mark_lost(self, reason: BaseException) -> None:
         if self.lost is None:
@@ -292,22 +379,30 @@ class Lease:
             )
             return False
         self.renewals += 1
-        self._expires = sent_at + self.ttl_ms / 1000
+        self._deadline = sent_at + self.renew_deadline_ms / 1000
         self._last_error = None
         return True
 
-    def _expired(self) -> bool:
-        if time.monotonic() < self._expires:
+    def _past_deadline(self) -> bool:
+        if time.monotonic() < self._deadline:
             return False
-        why = f"no renewal succeeded within the ttl of {self.ttl_ms} ms"
+        why = (
+            f"no renewal succeeded before the renew deadline ({self.renew_deadline_ms} ms of the ttl of"
+            f" {self.ttl_ms} ms)"
+        )
         self._mark_lost(RuntimeError(f"{why}; last error: {self._last_error!r}" if self._last_error else why))
+        self._stopped_at_deadline = True
         return True
 
     def _next_delay(self) -> float:
-        # After a failed renewal, retry sooner (but not in a busy loop) while time remains.
+        # Never past the deadline; after a failed renewal, retry sooner (not in a busy loop).
+        remaining = max(0.0, self._deadline - time.monotonic())
         if self._last_error is None:
-            return self._interval
-        return max(0.01, min(self._interval, (self._expires - time.monotonic()) / 4))
+            return min(self._interval, remaining)
+        return min(remaining, max(0.01, min(self._interval, remaining / 4)))
+
+    def _granted(self, rows: list[Row] | None) -> int | None:
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
 
     # ---- asyncio -------------------------------------------------------------------------
 
@@ -318,16 +413,22 @@ class Lease:
         runner = self._runner
         sent_at = time.monotonic()
         try:
-            rows = await runner.query(_ACQUIRE, self._acquire_args())
-            if rows[0][0] is None:
+            token = self._granted(await runner.query(_ACQUIRE, self._acquire_args(0)))
+            if token is None and self.timeout_ms > 0:
+                sent_at = time.monotonic()
+                called = await runner.call(_WAIT, self._wait_args())
+                if called is None:  # no connection outside a transaction: wait in the statement
+                    called = await runner.query(_ACQUIRE, self._acquire_args(self.timeout_ms))
+                token = self._granted(called)
+            if token is None:
                 raise self._timeout(await runner.query(_WHO, [self.key]))
         except Exception as e:
             unavailable = _unavailable(e)
             if unavailable is None:
                 raise
             raise unavailable from e
-        self.token = int(rows[0][0])
-        self._expires = sent_at + self.ttl_ms / 1000
+        self.token = token
+        self._deadline = sent_at + self.renew_deadline_ms / 1000
         self._body = asyncio.current_task()
         self._renewer = asyncio.create_task(self._renew_async(runner), name=f"advlock lease {self.token} renewals")
         return self
@@ -335,10 +436,10 @@ class Lease:
     async def _renew_async(self, runner: _AsyncRunner) -> None:
         while True:
             await asyncio.sleep(self._next_delay())
-            if self._expired():
+            if self._past_deadline():
                 break
             sent_at = time.monotonic()
-            remaining = self._expires - sent_at
+            remaining = self._deadline - sent_at
             try:
                 rows = await asyncio.wait_for(runner.query(_RENEW, [self.token, self.ttl_ms], remaining), remaining)
             except Exception as e:  # a pool timeout, a lost connection: retry while the lease lasts
@@ -356,6 +457,8 @@ class Lease:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewer
         assert isinstance(self._runner, _AsyncRunner)
+        if self._stopped_at_deadline:
+            return
         released = (await self._runner.query(_RELEASE, [self.token]))[0][0]
         if not released:
             self._mark_lost(RuntimeError("advlock_lease_release found the lease already ended"))
@@ -382,16 +485,22 @@ class Lease:
         runner = self._runner
         sent_at = time.monotonic()
         try:
-            rows = runner.query(_ACQUIRE, self._acquire_args())
-            if rows[0][0] is None:
+            token = self._granted(runner.query(_ACQUIRE, self._acquire_args(0)))
+            if token is None and self.timeout_ms > 0:
+                sent_at = time.monotonic()
+                called = runner.call(_WAIT, self._wait_args())
+                if called is None:  # no connection outside a transaction: wait in the statement
+                    called = runner.query(_ACQUIRE, self._acquire_args(self.timeout_ms))
+                token = self._granted(called)
+            if token is None:
                 raise self._timeout(runner.query(_WHO, [self.key]))
         except Exception as e:
             unavailable = _unavailable(e)
             if unavailable is None:
                 raise
             raise unavailable from e
-        self.token = int(rows[0][0])
-        self._expires = sent_at + self.ttl_ms / 1000
+        self.token = token
+        self._deadline = sent_at + self.renew_deadline_ms / 1000
         self._thread = threading.Thread(
             target=self._renew_thread, args=(runner,), name=f"advlock lease {self.token} renewals", daemon=True
         )
@@ -400,16 +509,18 @@ class Lease:
 
     def _renew_thread(self, runner: _SyncRunner) -> None:
         while not self._stop.wait(self._next_delay()):
-            if self._expired():
+            if self._past_deadline():
                 return
             sent_at = time.monotonic()
             try:
-                rows = runner.query(_RENEW, [self.token, self.ttl_ms], self._expires - sent_at)
+                rows = runner.query(_RENEW, [self.token, self.ttl_ms], self._deadline - sent_at)
             except Exception as e:
                 self._last_error = e
                 continue
             if self._stop.is_set():
-                return  # exiting: the release decides
+                if rows[0][0]:
+                    self._renewed(True, sent_at)  # it did renew; whether it still holds, the release decides
+                return
             if not self._renewed(rows[0][0], sent_at):
                 return
 
@@ -419,7 +530,7 @@ class Lease:
         if self._thread is not None:
             self._thread.join()
         assert isinstance(self._runner, _SyncRunner)
-        if not self._runner.query(_RELEASE, [self.token])[0][0]:
+        if not self._stopped_at_deadline and not self._runner.query(_RELEASE, [self.token])[0][0]:
             self._mark_lost(RuntimeError("advlock_lease_release found the lease already ended"))
         if self.lost is not None:
             raise self._lost_error() from v
@@ -430,10 +541,24 @@ class Lease:
         self._entered = True
 
 
-def lease(source: LeaseSource, ns: str, id: str | int = "", *, ttl: float, timeout: float, slots: int = 1) -> Lease:
+def lease(
+    source: LeaseSource,
+    ns: str,
+    id: str | int = "",
+    *,
+    ttl: float,
+    timeout: float,
+    slots: int = 1,
+    renew_deadline: float | None = None,
+    schema: str | None = None,
+) -> Lease:
     """A lease on (ns, id) for the `with` / `async with` block: taken with a server-side bounded
-    wait of at most `timeout` seconds (LeaseTimeout after, naming the holders), renewed every
-    ttl/3 in the background on any connection of `source` (a pool, an engine, or one psycopg
-    connection), released on exit whatever happens. `slots=N` lets N leases hold the key at once.
-    Needs advlock in shared_preload_libraries (NotPreloaded otherwise)."""
-    return Lease(source, ns, id, ttl, timeout, slots)
+    wait of at most `timeout` seconds that holds no snapshot where the source can lend a
+    connection outside a transaction (CALL advlock_wait_lease; LeaseTimeout after, naming the
+    holders), renewed in the background on any connection of `source` (a pool, an engine, or
+    one psycopg connection), released on exit whatever happens. The body stops (asyncio: it is
+    cancelled; blocking: `lost` is set and `check()` raises) at the renew deadline,
+    `renew_deadline` seconds (default 2/3 of ttl) after the last renewal was sent, before the
+    server's TTL runs out. `slots=N` lets N leases hold the key at once. Needs advlock in
+    shared_preload_libraries (NotPreloaded otherwise)."""
+    return Lease(source, ns, id, ttl, timeout, slots, renew_deadline, schema)

@@ -1,29 +1,109 @@
-"""Session locks done right: on a dedicated connection that the lock owns.
+"""Session locks done right: on a dedicated connection that the lock owns, to one server session.
 
 A session lock outlives transactions, so on a pooled connection it outlives your code too: the
 pool hands the connection, lock included, to the next borrower. session_lock() therefore takes
 a DSN, never a connection, opens its own connection, and unlocks and closes it on exit.
+
+A DSN can still lead to a pooler. In transaction or statement mode (PgBouncer's default for
+most deployments) the server session behind the connection is handed to other clients between
+transactions: a session lock taken through it is shared with whoever gets that session next,
+and two clients "hold" it at once. So before locking, the connection proves it is one server
+session: the backend pid of the protocol (BackendKeyData) equals pg_backend_pid(), or, behind a
+pooler (which sends its own pid), a second connection opened at the same moment reaches a
+different backend (a transaction-mode pooler hands it the idle one), and the backend reached
+holds no advisory lock it was never asked for. Every later statement re-checks that it reaches
+the same backend.
+
+The wait itself goes through CALL advlock_wait_lock, which commits first and waits holding no
+snapshot, so a holder that builds an index concurrently is not stalled by the waiters
+(CREATE INDEX CONCURRENTLY waits for every older snapshot). The SQL edition has no such
+procedure and waits inside a statement, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeAlias
 
 from ._api import mode_of, timeout_ms
-from ._drivers import call_sql
-from ._errors import Holder, LockLost, LockTimeout
+from ._drivers import LOOKUP_SQL, SCHEMA, check_schema, qualify, schema_prefix
+from ._dsn import normalize
+from ._errors import Holder, LockLost, LockTimeout, UnsafePooler
 from ._key import check_ns, id_text, key
 
-_ACQUIRE = call_sql("advlock_try_with_token", "text", "text", "int4")  # default scope: session
-_HOLDING = call_sql("advlock_holding", "text", "text", "text", mode=False)  # (ns, id, mode)
-_UNLOCK = call_sql("advlock_unlock", "text", "text", "text", mode=False)
-# Who held it when try_with_token gave up: advlock_try_with_token returns NULL, not an error
-# with a DETAIL, so LockTimeout's holders come from advlock_holders (best effort).
+Row = tuple[Any, ...]
+
+# Each statement reports the backend it ran on and that backend's local transaction counter
+# (the lxid of its virtual transaction id, which every transaction of a backend advances by
+# one): with autocommit, each of our statements is one transaction, so on a backend nobody else
+# uses the counter goes up by exactly one from one statement of ours to the next. A gap means
+# another client ran something there in between: a pooler shares the server session.
+_BACKEND = (
+    "(SELECT pg_catalog.pg_backend_pid() AS pid,"
+    " (SELECT CAST(pg_catalog.split_part(l.virtualtransaction, '/', 2) AS int8) FROM pg_catalog.pg_locks l"
+    " WHERE l.locktype = 'virtualxid' AND l.pid = pg_catalog.pg_backend_pid()) AS lxid) b"
+)
+# Lock or unlock only on the pinned backend, at the expected point of its counter.
+_ON_OURS = "b.pid = CAST({} AS int4) AND b.lxid = CAST({} AS int8)"
+# CALL advlock_wait_lock consumes two transactions (the CALL's, and the one it starts by
+# committing first), and its arguments cannot hold a subquery: the pid alone guards it, and the
+# next statement checks the counter.
+_CALL_LXIDS = 2
+
+# One round trip after connecting: the backend, where advlock lives (the extension's schema, or
+# the edition's; or the schema= given), whether it has the snapshot-free wait, and whether this
+# backend already holds an advisory lock (a new session never does, unless a pooler shares it).
+_SCHEMA_EXPR = "(" + LOOKUP_SQL.replace(", pg_catalog.current_database()", "") + ")"
+_HELLO = (
+    "WITH s AS (SELECT {} AS nspname)"
+    " SELECT b.pid, b.lxid, s.nspname, pg_catalog.current_database(),"
+    " EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
+    " WHERE n.nspname = s.nspname AND p.proname = 'advlock_wait_lock' AND p.prokind = 'p'),"
+    " EXISTS (SELECT FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.pid = b.pid)"
+    " FROM s, " + _BACKEND
+)
+_PID = "SELECT pg_catalog.pg_backend_pid()"
+_TRY = (
+    "SELECT b.pid, b.lxid, CASE WHEN " + _ON_OURS + " THEN"
+    " " + SCHEMA + "advlock_try_with_token(CAST({} AS text), CAST({} AS text), CAST({} AS int4),"
+    " mode => CAST({} AS text)) END FROM " + _BACKEND
+)
+_WAIT = (
+    "CALL " + SCHEMA + "advlock_wait_lock(CASE WHEN pg_catalog.pg_backend_pid() = CAST({} AS int4)"
+    " THEN CAST({} AS int8) END, CAST({} AS int4), CAST({} AS text))"
+)
+_HOLDING = (
+    "SELECT b.pid, b.lxid, CASE WHEN " + _ON_OURS + " THEN"
+    " " + SCHEMA + "advlock_holding(CAST({} AS text), CAST({} AS text), CAST({} AS text)) END FROM " + _BACKEND
+)
+# The unlock runs on the pinned backend even when the counter moved: the lock is there.
+_UNLOCK = (
+    "SELECT b.pid, b.lxid, CASE WHEN b.pid = CAST({} AS int4) THEN"
+    " " + SCHEMA + "advlock_unlock(CAST({} AS text), CAST({} AS text), CAST({} AS text)) END FROM " + _BACKEND
+)
+# Who held it when the wait ran out (the try returns NULL, the CALL false: no DETAIL to parse).
 _WHO = (
-    "SELECT pid, application_name, backend_state FROM advlock_holders"
+    "SELECT pid, application_name, backend_state FROM " + SCHEMA + "advlock_holders"
     " WHERE key = CAST({} AS int8) AND granted ORDER BY pid"
+)
+# How long a second connection may take to answer pg_backend_pid() when looking for a pooler:
+# a session-mode pool with no free server connection makes it wait (inconclusive, not refused).
+_PROBE_WAIT = 2.0
+
+class _URL(Protocol):
+    # sqlalchemy.engine.URL (engine.url), structurally: the core imports no SQLAlchemy.
+    @property
+    def drivername(self) -> str: ...
+    def render_as_string(self, hide_password: bool = True) -> str: ...
+
+
+DSN: TypeAlias = str | _URL
+
+_INSTEAD = (
+    "use a DSN that reaches PostgreSQL itself (not the pooler), a pooler in session mode, advlock.lease() (which any "
+    "pool can carry), or advlock.lock() in a transaction"
 )
 
 
@@ -34,34 +114,186 @@ def _is_connection_loss(exc: BaseException, conn_dead: bool) -> bool:
     return conn_dead or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
+def _probe_pid(dsn: str, driver: str, kwargs: dict[str, Any]) -> int | None:
+    """pg_backend_pid() on a second connection opened now, or None when none answered within
+    _PROBE_WAIT seconds. Runs in a thread of its own, which a pool that never answers may keep
+    waiting (it ends with the pool's query_wait_timeout) without keeping the caller."""
+    answer: list[object] = []
+
+    def probe() -> None:
+        try:
+            if driver == "asyncpg":
+                import asyncpg
+
+                async def run() -> int:
+                    conn = await asyncpg.connect(dsn, **kwargs)
+                    try:
+                        return int(await conn.fetchval(_PID))
+                    finally:
+                        await conn.close()
+
+                answer.append(asyncio.run(run()))
+            else:
+                import psycopg
+
+                with psycopg.connect(dsn, **kwargs) as conn:
+                    row = conn.execute(_PID).fetchone()
+                    answer.append(int(row[0]) if row else None)
+        except Exception as e:
+            answer.append(e)
+
+    thread = threading.Thread(target=probe, name="advlock session_lock pooler probe", daemon=True)
+    thread.start()
+    thread.join(_PROBE_WAIT)
+    if not answer:
+        return None
+    if isinstance(answer[0], BaseException):
+        raise answer[0]
+    return answer[0] if isinstance(answer[0], int) else None
+
+
 class _Base:
+    """What the blocking and the asyncio session lock share: arguments, SQL, and the reading
+    of every answer (the drivers only run statements)."""
+
     def __init__(
-        self, dsn: object, ns: str, id: str | int, timeout: float, shared: bool, application_name: str | None
+        self,
+        dsn: object,
+        ns: str,
+        id: str | int,
+        timeout: float,
+        shared: bool,
+        application_name: str | None,
+        schema: str | None,
+        *,
+        driver: str,
     ) -> None:
-        if not isinstance(dsn, str):
-            raise TypeError(
-                "session_lock() takes a DSN string and opens its own connection; got "
-                f"{type(dsn).__module__}.{type(dsn).__qualname__}. A session lock on a pooled connection "
-                "outlives your code (the pool hands it, lock included, to the next borrower): use "
-                "session_lock(dsn, ...), or advlock.lock() in a transaction on the pooled connection"
-            )
+        if driver not in ("psycopg", "asyncpg"):
+            raise ValueError(f"driver must be 'psycopg' or 'asyncpg', got {driver!r}")
         if application_name is not None and not isinstance(application_name, str):
             raise TypeError("application_name must be a str")
-        self.dsn = dsn
+        self.driver = driver
+        self.dsn = normalize(dsn, driver)
         self.ns = check_ns(ns)
         self.id = id_text(id)
         self.key = key(ns, id)
         self.mode = mode_of(shared)
         self.timeout_ms = timeout_ms(timeout)
         self.application_name = application_name
+        self.schema = check_schema(schema)
         self.token: int = 0
-        self.pid: int = 0
+        self.pid: int = 0  # the server backend holding the lock (pg_backend_pid(), not a pooler's)
         self.lost: BaseException | None = None  # why the lock was lost, once it was
+        self._prefix = ""
+        self._snapshot_free_wait = False
+        self._next_lxid = 0  # the backend's transaction counter at our next statement
 
-    def _timeout(self, rows: list[tuple[Any, ...]]) -> LockTimeout:
+    # ---- statements and what their answers mean ----
+
+    def _hello(self) -> tuple[str, list[object]]:
+        if self.schema is None:
+            return _HELLO.format(_SCHEMA_EXPR), []
+        return _HELLO.format("CAST({} AS text)"), [self.schema]
+
+    def _greeted(self, row: Row, protocol_pid: int) -> bool:
+        """Take in the hello row; True when a pooler stands between us and the server (its
+        BackendKeyData pid is not the backend's), so the probe must look further."""
+        pid, lxid, schema, database, has_wait, holds_advisory = row
+        self._prefix = schema_prefix((schema, database))
+        self._snapshot_free_wait = bool(has_wait)
+        self.pid = int(pid)
+        self._next_lxid = int(lxid) + 1
+        if pid == protocol_pid:
+            return False
+        if holds_advisory:
+            raise UnsafePooler(
+                f"session_lock(): the server session behind this new connection (backend {pid}, reached through a "
+                f"pooler: the protocol announced pid {protocol_pid}) already holds advisory locks this connection "
+                f"never took, so the pooler shares it with other clients (transaction or statement pooling): {_INSTEAD}"
+            )
+        return True
+
+    def _probed(self, probe_pid: int | None) -> None:
+        if probe_pid == self.pid:
+            raise UnsafePooler(
+                f"session_lock(): the DSN leads to a pooler in transaction or statement mode: two connections opened "
+                f"at once were both served by backend {self.pid} (a session lock taken there would be shared with "
+                f"every client the pooler hands that backend to): {_INSTEAD}"
+            )
+
+    def _on_ours(self, pid: object, lxid: object) -> None:
+        """Check that a statement ran on the pinned backend with nobody else's transaction in
+        between."""
+        if pid != self.pid:
+            raise UnsafePooler(
+                f"session_lock(): this connection's statements reached backend {pid} after backend {self.pid}: a "
+                f"pooler is moving it between server sessions (transaction or statement pooling): {_INSTEAD}"
+            )
+        expected = self._next_lxid % 2**32
+        if lxid != expected:
+            raise UnsafePooler(
+                f"session_lock(): another client ran transactions on backend {pid} between two statements of this "
+                f"connection (its transaction counter went from {expected - 1} to {lxid}): a pooler shares the server "
+                f"session (transaction or statement pooling): {_INSTEAD}"
+            )
+        self._next_lxid = int(lxid) + 1
+
+    def _sql(self, sql: str) -> str:
+        return qualify(sql, self._prefix)
+
+    def _try(self, wait_ms: int) -> tuple[str, list[object]]:
+        return self._sql(_TRY), [self.pid, self._next_lxid, self.ns, self.id, wait_ms, self.mode]
+
+    def _first_wait_ms(self) -> int:
+        # With the snapshot-free wait: a try without waiting first (one round trip when free),
+        # then CALL for the wait. Without it (the SQL edition): the whole wait in the statement.
+        return 0 if self._snapshot_free_wait else self.timeout_ms
+
+    def _needs_call(self, token: object) -> bool:
+        return token is None and self._snapshot_free_wait and self.timeout_ms > 0
+
+    def _wait(self) -> tuple[str, list[object]]:
+        return self._sql(_WAIT), [self.pid, self.key, self.timeout_ms, self.mode]
+
+    def _wait_refused(self, e: BaseException) -> UnsafePooler | None:
+        """The CALL's key is NULL when it runs on another backend than ours, which it refuses
+        with 22004: the pooler moved the connection."""
+        if getattr(e, "sqlstate", None) != "22004":
+            return None
+        return UnsafePooler(
+            f"session_lock(): the wait reached another backend than {self.pid}: a pooler is moving this connection "
+            f"between server sessions (transaction or statement pooling): {_INSTEAD}"
+        )
+
+    def _waited(self) -> None:
+        # The CALL ran (on the pinned backend: its key is NULL elsewhere, which it refuses).
+        self._next_lxid += _CALL_LXIDS
+
+    def _holding(self) -> tuple[str, list[object]]:
+        return self._sql(_HOLDING), [self.pid, self._next_lxid, self.ns, self.id, self.mode]
+
+    def _unlock(self) -> tuple[str, list[object]]:
+        return self._sql(_UNLOCK), [self.pid, self.ns, self.id, self.mode]
+
+    def _unlocked(self, row: Row) -> None:
+        """Read the unlock's answer: the lock must have been there, on a session nobody shared."""
+        pid, lxid, released = row
+        try:
+            self._on_ours(pid, lxid)
+        except UnsafePooler as e:
+            self.lost = e
+            return
+        if not released:
+            self.lost = RuntimeError("advlock_unlock found the lock not held")
+
+    def _who(self) -> tuple[str, list[object]]:
+        return self._sql(_WHO), [self.key]
+
+    def _timeout(self, rows: list[Row]) -> LockTimeout:
+        held_by = "; ".join(f"PID {r[0]} (application_name {r[1]!r}, state {r[2]!r})" for r in rows)
         e = LockTimeout(
             f"could not obtain {self.mode} session lock on key {self.key} = advlock_key('{self.ns}', '{self.id}')"
-            f" within {self.timeout_ms} ms"
+            f" within {self.timeout_ms} ms" + (f": held by {held_by}" if held_by else "")
         )
         e.holders = tuple(Holder(int(r[0]), r[1], r[2]) for r in rows)
         return e
@@ -71,6 +303,17 @@ class _Base:
             f"the session lock on advlock_key('{self.ns}', '{self.id}') (token {self.token}) was lost: {self.lost}"
         )
 
+    def _connect_kwargs(self) -> dict[str, Any]:
+        if self.driver == "asyncpg":
+            app = self.application_name
+            # No named prepared statements: a transaction-mode pooler would lose them before
+            # this connection can tell it is one (and these few statements gain nothing).
+            return {"server_settings": {} if app is None else {"application_name": app}, "statement_cache_size": 0}
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if self.application_name is not None:
+            kwargs["application_name"] = self.application_name
+        return kwargs
+
 
 class HeldLock(_Base):
     """A session lock on its own blocking (psycopg) connection: `with session_lock(...) as held`."""
@@ -78,41 +321,67 @@ class HeldLock(_Base):
     def __enter__(self) -> HeldLock:
         import psycopg
 
-        kwargs: dict[str, Any] = {"autocommit": True}
-        if self.application_name is not None:
-            kwargs["application_name"] = self.application_name
-        self._conn = psycopg.connect(self.dsn, **kwargs)
+        self._conn = psycopg.connect(self.dsn, **self._connect_kwargs())
         try:
-            self.pid = self._conn.info.backend_pid
-            args = [self.ns, self.id, self.timeout_ms, self.mode]
-            token = self._value(_ACQUIRE, args)
-            if token is None:
-                raise self._timeout(self._rows(_WHO, [self.key]))
-            self.token = int(token)
+            if self._greeted(self._row(*self._hello()), self._conn.info.backend_pid):
+                self._probed(_probe_pid(self.dsn, self.driver, self._connect_kwargs()))
+            self._acquire()
         except BaseException:
             self._conn.close()
             raise
         return self
 
-    def _rows(self, sql: str, args: list[object]) -> list[tuple[Any, ...]]:
+    def _acquire(self) -> None:
+        pid, lxid, token = self._row(*self._try(self._first_wait_ms()))
+        self._on_ours(pid, lxid)
+        if self._needs_call(token):
+            try:
+                (acquired,) = self._row(*self._wait())
+            except Exception as e:
+                moved = self._wait_refused(e)
+                if moved is None:
+                    raise
+                raise moved from e
+            self._waited()
+            if acquired:
+                # Held once by the CALL; a second hold returns the fencing token, then give it back.
+                pid, lxid, token = self._row(*self._try(0))
+                self._on_ours(pid, lxid)
+                self._unlocked(self._row(*self._unlock()))
+                if self.lost is not None:
+                    raise self.lost
+        if token is None:
+            raise self._timeout(self._rows(*self._who()))
+        self.token = int(token)
+
+    def _rows(self, sql: str, args: list[object]) -> list[Row]:
         from psycopg.rows import tuple_row
 
         with self._conn.cursor(row_factory=tuple_row) as cur:
             cur.execute(sql.format(*["%s"] * len(args)), args)
             return list(cur.fetchall())
 
-    def _value(self, sql: str, args: list[object]) -> Any:
-        return self._rows(sql, args)[0][0]
+    def _row(self, sql: str, args: list[object]) -> Row:
+        return self._rows(sql, args)[0]
+
+    def _dead(self) -> bool:
+        return bool(self._conn.closed or self._conn.broken)
 
     def holding(self) -> bool:
         """Whether this connection still holds the lock (advlock_holding). False, not an
-        error, once the connection is lost; leaving the block then raises LockLost."""
+        error, once the connection is lost (or found shared by a pooler); leaving the block
+        then raises LockLost."""
         if self.lost is not None:
             return False
         try:
-            return bool(self._value(_HOLDING, [self.ns, self.id, self.mode]))
+            pid, lxid, holding = self._row(*self._holding())
+            self._on_ours(pid, lxid)
+            return bool(holding)
+        except UnsafePooler as e:
+            self.lost = e
+            return False
         except Exception as e:
-            if not _is_connection_loss(e, self._conn.closed or self._conn.broken):
+            if not _is_connection_loss(e, self._dead()):
                 raise
             self.lost = e
             return False
@@ -121,10 +390,9 @@ class HeldLock(_Base):
         try:
             if self.lost is None:
                 try:
-                    if not self._value(_UNLOCK, [self.ns, self.id, self.mode]):
-                        self.lost = RuntimeError("advlock_unlock found the lock not held")
+                    self._unlocked(self._row(*self._unlock()))
                 except Exception as e:
-                    if not _is_connection_loss(e, self._conn.closed or self._conn.broken):
+                    if not _is_connection_loss(e, self._dead()):
                         raise
                     self.lost = e
         finally:
@@ -137,51 +405,65 @@ class AsyncHeldLock(_Base):
     """A session lock on its own asyncio connection (psycopg or asyncpg):
     `async with session_lock(...) as held`."""
 
-    def __init__(self, *args: Any, driver: str) -> None:
-        super().__init__(*args)
-        if driver not in ("psycopg", "asyncpg"):
-            raise ValueError(f"driver must be 'psycopg' or 'asyncpg', got {driver!r}")
-        self.driver = driver
-        self._conn: Any = None
+    _conn: Any = None
 
     async def __aenter__(self) -> AsyncHeldLock:
-        if self.driver == "asyncpg":
-            import asyncpg
-
-            settings = {} if self.application_name is None else {"application_name": self.application_name}
-            self._conn = await asyncpg.connect(self.dsn, server_settings=settings)
-            self.pid = self._conn.get_server_pid()
-        else:
-            import psycopg
-
-            kwargs: dict[str, Any] = {"autocommit": True}
-            if self.application_name is not None:
-                kwargs["application_name"] = self.application_name
-            self._conn = await psycopg.AsyncConnection.connect(self.dsn, **kwargs)
-            self.pid = self._conn.info.backend_pid
+        protocol_pid = await self._connect()
         try:
-            token = await self._value(_ACQUIRE, [self.ns, self.id, self.timeout_ms, self.mode])
-            if token is None:
-                raise self._timeout(await self._rows(_WHO, [self.key]))
-            self.token = int(token)
+            if self._greeted(await self._row(*self._hello()), protocol_pid):
+                self._probed(await asyncio.to_thread(_probe_pid, self.dsn, self.driver, self._connect_kwargs()))
+            await self._acquire()
         except BaseException:
             await self._close()
             raise
         return self
 
-    async def _rows(self, sql: str, args: list[object]) -> list[tuple[Any, ...]]:
+    async def _connect(self) -> int:
+        """Open the connection; the pid its protocol announced (BackendKeyData)."""
         if self.driver == "asyncpg":
-            return [
-                tuple(r) for r in await self._conn.fetch(sql.format(*[f"${i + 1}" for i in range(len(args))]), *args)
-            ]
+            import asyncpg
+
+            self._conn = await asyncpg.connect(self.dsn, **self._connect_kwargs())
+            return int(self._conn.get_server_pid())
+        import psycopg
+
+        self._conn = await psycopg.AsyncConnection.connect(self.dsn, **self._connect_kwargs())
+        return int(self._conn.info.backend_pid)
+
+    async def _acquire(self) -> None:
+        pid, lxid, token = await self._row(*self._try(self._first_wait_ms()))
+        self._on_ours(pid, lxid)
+        if self._needs_call(token):
+            try:
+                (acquired,) = await self._row(*self._wait())
+            except Exception as e:
+                moved = self._wait_refused(e)
+                if moved is None:
+                    raise
+                raise moved from e
+            self._waited()
+            if acquired:
+                pid, lxid, token = await self._row(*self._try(0))
+                self._on_ours(pid, lxid)
+                self._unlocked(await self._row(*self._unlock()))
+                if self.lost is not None:
+                    raise self.lost
+        if token is None:
+            raise self._timeout(await self._rows(*self._who()))
+        self.token = int(token)
+
+    async def _rows(self, sql: str, args: list[object]) -> list[Row]:
+        if self.driver == "asyncpg":
+            placeholders = [f"${i + 1}" for i in range(len(args))]
+            return [tuple(r) for r in await self._conn.fetch(sql.format(*placeholders), *args)]
         from psycopg.rows import tuple_row
 
         async with self._conn.cursor(row_factory=tuple_row) as cur:
             await cur.execute(sql.format(*["%s"] * len(args)), args)
             return list(await cur.fetchall())
 
-    async def _value(self, sql: str, args: list[object]) -> Any:
-        return (await self._rows(sql, args))[0][0]
+    async def _row(self, sql: str, args: list[object]) -> Row:
+        return (await self._rows(sql, args))[0]
 
     def _dead(self) -> bool:
         if self.driver == "asyncpg":
@@ -189,6 +471,8 @@ class AsyncHeldLock(_Base):
         return bool(self._conn.closed or self._conn.broken)
 
     async def _close(self) -> None:
+        if self._conn is None:
+            return
         if self.driver == "psycopg":
             await self._conn.close()  # psycopg already waited for any cancel it sent
             return
@@ -203,11 +487,17 @@ class AsyncHeldLock(_Base):
 
     async def holding(self) -> bool:
         """Whether this connection still holds the lock (advlock_holding). False, not an
-        error, once the connection is lost; leaving the block then raises LockLost."""
+        error, once the connection is lost (or found shared by a pooler); leaving the block
+        then raises LockLost."""
         if self.lost is not None:
             return False
         try:
-            return bool(await self._value(_HOLDING, [self.ns, self.id, self.mode]))
+            pid, lxid, holding = await self._row(*self._holding())
+            self._on_ours(pid, lxid)
+            return bool(holding)
+        except UnsafePooler as e:
+            self.lost = e
+            return False
         except Exception as e:
             if not _is_connection_loss(e, self._dead()):
                 raise
@@ -218,8 +508,7 @@ class AsyncHeldLock(_Base):
         try:
             if self.lost is None:
                 try:
-                    if not await self._value(_UNLOCK, [self.ns, self.id, self.mode]):
-                        self.lost = RuntimeError("advlock_unlock found the lock not held")
+                    self._unlocked(await self._row(*self._unlock()))
                 except Exception as e:
                     if not _is_connection_loss(e, self._dead()):
                         raise
@@ -235,18 +524,18 @@ class SessionLock:
     for an asyncio one (psycopg by default, or driver="asyncpg")."""
 
     def __init__(self, *args: Any, driver: str) -> None:
-        self._args = args
         self._driver = driver
         # Validate everything now, before any connection is opened.
-        self._sync = HeldLock(*args)
         self._async = AsyncHeldLock(*args, driver=driver)
+        self._sync = HeldLock(*args, driver="psycopg") if driver == "psycopg" else None
 
     def __enter__(self) -> HeldLock:
-        if self._driver != "psycopg":
+        if self._sync is None:
             raise TypeError(f"driver={self._driver!r} is asyncio-only: use `async with session_lock(...)`")
         return self._sync.__enter__()
 
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
+        assert self._sync is not None
         self._sync.__exit__(t, v, tb)
 
     async def __aenter__(self) -> AsyncHeldLock:
@@ -257,7 +546,7 @@ class SessionLock:
 
 
 def session_lock(
-    dsn: str,
+    dsn: DSN,
     ns: str,
     id: str | int = "",
     *,
@@ -265,10 +554,15 @@ def session_lock(
     shared: bool = False,
     driver: Literal["psycopg", "asyncpg"] = "psycopg",
     application_name: str | None = None,
+    schema: str | None = None,
 ) -> SessionLock:
-    """A session lock on (ns, id) held on a dedicated connection opened from `dsn`, for as
-    long as the `with` / `async with` block runs: waits at most `timeout` seconds in the
-    server's queue (LockTimeout after), `held.token` is its fencing token, `held.holding()`
-    asks the server whether it is still held. On exit it unlocks and closes the connection;
-    if the connection was lost meanwhile, LockLost is raised instead of passing silently."""
-    return SessionLock(dsn, ns, id, timeout, shared, application_name, driver=driver)
+    """A session lock on (ns, id) held on a dedicated connection opened from `dsn` (a libpq
+    URI or key=value string, or a SQLAlchemy URL such as engine.url), for as long as the
+    `with` / `async with` block runs. The connection must be one server session: a pooler in
+    transaction or statement mode is refused (UnsafePooler). Waits at most `timeout` seconds,
+    holding no snapshot (CALL advlock_wait_lock), then LockTimeout naming the holder;
+    `held.token` is its fencing token, `held.pid` the server backend, `held.holding()` asks
+    the server whether it is still held. On exit it unlocks and closes the connection; if the
+    connection was lost meanwhile, LockLost is raised instead of passing silently. `schema`:
+    where advlock is installed (default: found on the connection)."""
+    return SessionLock(dsn, ns, id, timeout, shared, application_name, schema, driver=driver)

@@ -1,0 +1,1 @@
+"""Recipes: advlock in the frameworks of its users, each run by tests/test_recipes.py."""
