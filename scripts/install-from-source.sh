@@ -149,10 +149,13 @@ put() {
     "${run[@]}" rm -f "$tmp"; die "could not install $2/$3"
   fi
 }
+# The order of scripts/install_ext.sh (the test command's install): the library, the SQL
+# scripts, and the control file last, so a new default_version never names a missing script.
 put "$so" "$libdir" advlock.so 755
-for f in "$staged_ext"/advlock.control "$staged_ext"/advlock--*.sql; do
+for f in "$staged_ext"/advlock--*.sql; do
   put "$f" "$extdir" "$(basename "$f")" 644
 done
+put "$control" "$extdir" advlock.control 644
 say "installed advlock $version: $libdir/advlock.so, $extdir/advlock.control and $(find "$staged_ext" -name 'advlock--*.sql' | wc -l) SQL scripts"
 
 cat <<NEXT
