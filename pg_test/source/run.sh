@@ -33,8 +33,19 @@ trap cleanup EXIT
 # count_since P F NAME [NOTE]: the checks since P/F, as one summary line.
 count_since() { echo "$3 $((passed - $1)) $((failed - $2))${4:+ $4}" >>"$summary"; }
 
-# --- 1. refusals ---------------------------------------------------------------------------
+# --- 1. the README's command, and the refusals -------------------------------------------------
 p0=$passed f0=$failed
+# The README's "From source" block is this one command; below it runs as written from the
+# repository's root, with each test major's pg_config for the path.
+readme_cmd=$(python3 - "$repo/README.md" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+section = text.split("### From source (works today)\n", 1)[1].split("\n### ", 1)[0]
+print(re.search(r"^```sh\n(.*?)^```", section, re.S | re.M).group(1).strip())
+PY
+)
+check "the README's from-source block is one command: scripts/install-from-source.sh --pg-config PATH ($readme_cmd)" \
+  bash -c "grep -qxE 'scripts/install-from-source\.sh --pg-config /[^ ]+/pg_config' <<<'$readme_cmd'"
 any_pgc=""
 for m in "${majors[@]}" "${ADVLOCK_MAJORS[@]}"; do major_installed "$m" && { any_pgc=$(pg_config_for "$m"); break; }; done
 mkdir -p "$scratch/home" "$scratch/fake"
@@ -81,7 +92,8 @@ for major in "${majors[@]}"; do
   rm -f "$libdir"/advlock.so "$extdir"/advlock.control "$extdir"/advlock--*.sql
   log="$scratch/install-$major.log"
   start=$(date +%s)
-  check "scripts/install-from-source.sh --pg-config $pgc" bash -c "'$script' --pg-config '$pgc' >'$log' 2>&1 || { tail -40 '$log'; exit 1; }"
+  check "scripts/install-from-source.sh --pg-config $pgc (the README's command, from the repository root)" bash -c \
+    "cd '$repo' && scripts/install-from-source.sh --pg-config '$pgc' >'$log' 2>&1 || { tail -40 '$log'; exit 1; }"
   secs=$(($(date +%s) - start))
   echo "source-install: PostgreSQL $major: build from an empty target directory and install: $secs s"
   staged="$CARGO_TARGET_DIR/install-from-source/pg$major"
