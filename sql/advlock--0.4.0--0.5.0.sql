@@ -109,7 +109,7 @@ COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.text, pg_catalog.int8
 COMMENT ON FUNCTION @extschema@.advlock_idle_threshold(pg_catalog.interval) IS
   'advlock: the idle threshold in effect: older_than, or the advlock.idle_threshold setting when NULL; rejects a negative interval';
 COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
-  'advlock (internal, feeds the advlock_holders view; may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since)';
+  'advlock (internal, may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since), one row per lock entry; the 0.3.0 feed, kept for the SQL edition''s metrics and the benchmarks (advlock_holders reads advlock_holder_entries)';
 COMMENT ON FUNCTION @extschema@.advlock_lock_table_entries() IS
   'advlock (internal, feeds the advlock_lock_table view; may change): shared lock table entries per database (by name), advisory entries among them, and the table''s capacity';
 COMMENT ON FUNCTION @extschema@.advlock_holder_entries(pg_catalog.int4[]) IS
@@ -117,9 +117,9 @@ COMMENT ON FUNCTION @extschema@.advlock_holder_entries(pg_catalog.int4[]) IS
 COMMENT ON FUNCTION @extschema@.advlock_idle_holder_rows(pg_catalog.interval, pg_catalog.text) IS
   'advlock (internal, behind advlock_idle_holders and advlock_terminate_idle_holders; may change): the idle-holder rows, most idle first; validates older_than and warns about hidden holders, naming caller';
 COMMENT ON FUNCTION @extschema@.advlock_labels() IS
-  'advlock (internal, feeds advlock_holders.label, scope and held_since; may change): the labels (ns/id), scopes and hold times recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
+  'advlock (internal, may change): the labels (ns/id), scopes and hold times recorded for locks held in this database, one row per backend, key and mode (advlock_holder_entries looks each lock''s label up itself); no rows unless advlock is in shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_tokens() IS
-  'advlock (internal, feeds advlock_holders.token; may change): the fencing tokens of locks held in this database through advlock_try_with_token, one row per backend, key and mode (the latest token); no rows unless advlock is in shared_preload_libraries';
+  'advlock (internal, may change): the fencing tokens of locks held in this database through advlock_try_with_token, one row per backend, key and mode (the latest token; advlock_holder_entries looks each lock''s token up itself); no rows unless advlock is in shared_preload_libraries';
 COMMENT ON SEQUENCE @extschema@.advlock_token_seq IS
   'advlock: the counter behind fencing tokens (advlock_try_with_token); do not change it by hand';
 COMMENT ON FUNCTION @extschema@.advlock_idle_holders(pg_catalog.interval) IS
