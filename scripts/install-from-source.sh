@@ -104,6 +104,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   exit 1
 fi
 
+# Who may write the server's directories: decided before the build, which takes minutes.
+run=()
+if [ ! -w "$libdir" ] || [ ! -w "$extdir" ]; then
+  if [ "$(id -u)" = 0 ]; then :
+  elif [ "$use_sudo" = never ]; then die "$libdir or $extdir is not writable by $(id -un) (--no-sudo): nothing was changed"
+  elif command -v sudo >/dev/null; then run=(sudo); say "$libdir or $extdir is not writable by $(id -un): the files will be copied with sudo"
+  else die "$libdir or $extdir is not writable by $(id -un), and there is no sudo: run this as a user who may write there"
+  fi
+fi
+
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 say "advlock $version for $pg_version ($pg_config)"
 say "$(rustc --version), $(cargo --version)"
@@ -134,14 +144,6 @@ control=$(find "$stage" -name advlock.control -path "*$extdir/*" | head -1)
 staged_ext=$(dirname "$control")
 
 # --- the install: temporary name + rename, per file; sudo only where needed -----------------
-run=()
-if [ ! -w "$libdir" ] || [ ! -w "$extdir" ]; then
-  if [ "$(id -u)" = 0 ]; then :
-  elif [ "$use_sudo" = never ]; then die "$libdir or $extdir is not writable by $(id -un) (--no-sudo)"
-  elif command -v sudo >/dev/null; then run=(sudo); say "$libdir or $extdir is not writable by $(id -un): copying with sudo"
-  else die "$libdir or $extdir is not writable by $(id -un), and there is no sudo: run this as a user who may write there"
-  fi
-fi
 # put SRC DIR NAME MODE: DIR/NAME replaced by a copy of SRC in one rename (same file system).
 put() {
   local tmp="$2/.$3.advlock-install.$$"

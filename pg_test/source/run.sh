@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The from-source install as a DBA runs it: scripts/install-from-source.sh --pg-config PG_CONFIG.
-#   1. What it refuses, changing nothing: no Rust on PATH (it names cargo, rustc and rustup), a
-#      PostgreSQL 14 pg_config (it names the supported majors), a server without its headers
-#      (it names the -dev / -devel package).
+#   1. The README's from-source block is that one command. What it refuses, changing nothing: no
+#      Rust on PATH (it names cargo, rustc and rustup), a PostgreSQL 14 pg_config (it names the
+#      supported majors), a server without its headers (it names the -dev / -devel package), a
+#      user who may not write the server's directories with --no-sudo (before any build).
 #   2. Per major (default: 18, a PyPI-wheel tree, not Debian's layout, and 15, Debian's): the
 #      documented command, in a CARGO_TARGET_DIR of its own made empty first (no build of
 #      scripts/up.sh or of the test command is reused: every crate is compiled anew, release),
@@ -75,6 +76,23 @@ check "a server without its headers: names postgresql-server-dev-17 and postgres
   "$script" --pg-config "$scratch/fake/nodev_config"
 check "no pg_config at the path given: refused" refused "is not an executable pg_config" -- \
   "$script" --pg-config "$scratch/fake/none"
+# A user who may not write the server's directories, with --no-sudo: refused before any build
+# (cargo and rustc here are stand-ins that record a call; cc, libclang and headers are real).
+if [ -n "$any_pgc" ] && id postgres >/dev/null 2>&1 && ! sudo -u postgres test -w "$("$any_pgc" --pkglibdir)"; then
+  mkdir -p "$scratch/fakebin"; chmod 755 "$scratch" "$scratch/fakebin"
+  for tool in cargo rustc; do
+    printf '#!/bin/sh
+echo called >>%s/fakebin/%s.calls
+echo "%s 1.95.0 (stand-in)"
+' "$scratch" "$tool" "$tool" >"$scratch/fakebin/$tool"
+    chmod 755 "$scratch/fakebin/$tool"
+  done
+  chmod 777 "$scratch/fakebin"
+  check "not writable by the user, --no-sudo: refused before building, nothing changed" refused \
+    "is not writable by postgres (--no-sudo): nothing was changed" -- \
+    sudo -u postgres env -i PATH="$scratch/fakebin:/usr/bin:/bin" HOME="$scratch/home" "$script" --pg-config "$any_pgc" --no-sudo
+  check "... and cargo was never called" test ! -e "$scratch/fakebin/cargo.calls"
+fi
 count_since "$p0" "$f0" source-refusals
 
 # --- 2. per major: build from scratch, install, smoke test, reinstall under a running server --
