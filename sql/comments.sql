@@ -115,3 +115,24 @@ COMMENT ON FUNCTION @extschema@.advlock_stats_info() IS
   'advlock (internal, feeds the advlock_stats_info view; may change): fill level of the shared label and statistics tables; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_stats_reset(pg_catalog.text) IS
   'advlock: reset the statistics of namespace ns in this database, or of every namespace when ns is NULL; returns the reset time; needs shared_preload_libraries';
+
+COMMENT ON TABLE @extschema@.advlock_fences IS
+  'advlock: one row per fence: the largest token that passed advlock_fence for key (ns, id as first given), when (passed_at: the statement''s start) and by which role; in pg_dump''s output';
+COMMENT ON FUNCTION @extschema@.advlock_fence(pg_catalog.int8, pg_catalog.int8) IS
+  'advlock: in a write transaction, let token pass the fence of key: raises LK001 when a larger token has passed it, else records token (an equal one passes again: retries); the fence''s row stays locked until the transaction ends, so the check commits or rolls back with the write';
+COMMENT ON FUNCTION @extschema@.advlock_fence(pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
+  'advlock: in a write transaction, let token pass the fence of advlock_key(ns, id): raises LK001 when a larger token has passed it, else records token until the transaction ends';
+COMMENT ON FUNCTION @extschema@.advlock_fence(pg_catalog.text, pg_catalog.int8, pg_catalog.int8) IS
+  'advlock: in a write transaction, let token pass the fence of advlock_key(ns, id): raises LK001 when a larger token has passed it, else records token until the transaction ends';
+COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.int8) IS
+  'advlock: forget the fence of key (any token passes next); needs DELETE on advlock_fences (its owner, superusers); returns the token it had, or NULL';
+COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.text) IS
+  'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
+COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.int8) IS
+  'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
+COMMENT ON FUNCTION @extschema@.advlock_fence_guard() IS
+  'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token or changes the key';
+COMMENT ON FUNCTION @extschema@.advlock_lease_check(pg_catalog.int8) IS
+  'advlock: in a write transaction, raise LK002 when lease is no longer held (released, expired, ended by a restart); returns its expires_at otherwise; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_lease_expiry(pg_catalog.int8, pg_catalog.text) IS
+  'advlock (internal, behind advlock_lease_check; may change): expires_at of lease while an entry of the lease table holds it (possibly past), else NULL; needs shared_preload_libraries, naming caller';
