@@ -7,7 +7,8 @@
 # trees alike): the major is read from `pg_config --version` and the files go where that
 # pg_config says ($(pg_config --pkglibdir), $(pg_config --sharedir)/extension).
 # Needs, on the machine that builds:
-#   - Rust (stable) with cargo: rustup installs it for the user who builds (no root needed);
+#   - Rust (stable, 1.89 or newer) with cargo: rustup installs it for the user who builds (no
+#     root needed);
 #   - a C compiler and linker (cc: gcc or clang) and libclang (bindgen, which pgrx uses to read
 #     the server's headers): Debian/Ubuntu `build-essential libclang-dev`, RHEL/Fedora
 #     `gcc clang-devel`;
@@ -79,6 +80,17 @@ if ! command -v cargo >/dev/null || ! command -v rustc >/dev/null; then
   missing+=("Rust: $what not found on PATH nor in $cargo_bin. Install Rust (stable) for the user" \
             "  who builds, with rustup: your distribution's 'rustup' package or the installer of rustup.rs," \
             "  then 'rustup default stable' and open a new shell (or: . \"$cargo_home/env\")")
+fi
+# The release build's dependencies need Rust 1.89 or newer (uuid's rust-version; pgrx 0.18 is
+# edition 2024); a distribution's rustc is often older. Tested with 1.95.
+RUST_MIN=1.89
+rust_version=""
+if command -v rustc >/dev/null; then
+  rust_version=$(rustc --version 2>/dev/null | sed -n 's/^rustc \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p') || true
+fi
+if [ -n "$rust_version" ] && [ "$(printf '%s\n' "$RUST_MIN" "$rust_version" | sort -V | head -1)" != "$RUST_MIN" ]; then
+  missing+=("Rust $RUST_MIN or newer: $(command -v rustc) is $rust_version (a distribution's package?). With rustup:" \
+            "  'rustup update stable', and $cargo_bin first on PATH; without it, install rustup for your user")
 fi
 command -v cc >/dev/null ||
   missing+=("a C compiler and linker (cc): Debian/Ubuntu 'apt-get install build-essential', RHEL/Fedora 'dnf install gcc'")

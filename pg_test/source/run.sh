@@ -3,7 +3,8 @@
 #   1. The README's from-source block is that one command. What it refuses, changing nothing: no
 #      Rust on PATH (it names cargo, rustc and rustup), a PostgreSQL 14 pg_config (it names the
 #      supported majors), a server without its headers (it names the -dev / -devel package), a
-#      user who may not write the server's directories with --no-sudo (before any build).
+#      user who may not write the server's directories with --no-sudo, a rustc older than 1.89
+#      (each before any build).
 #   2. Per major (default: 18, a PyPI-wheel tree, not Debian's layout, and 15, Debian's): the
 #      documented command, in a CARGO_TARGET_DIR of its own made empty first (no build of
 #      scripts/up.sh or of the test command is reused: every crate is compiled anew, release),
@@ -92,6 +93,17 @@ echo "%s 1.95.0 (stand-in)"
     "is not writable by postgres (--no-sudo): nothing was changed" -- \
     sudo -u postgres env -i PATH="$scratch/fakebin:/usr/bin:/bin" HOME="$scratch/home" "$script" --pg-config "$any_pgc" --no-sudo
   check "... and cargo was never called" test ! -e "$scratch/fakebin/cargo.calls"
+fi
+# An old rustc (a distribution's): named, with its version and the minimum, before any build.
+mkdir -p "$scratch/oldrust"
+printf '#!/bin/sh\necho "rustc 1.75.0 (stand-in)"\n' >"$scratch/oldrust/rustc"
+printf '#!/bin/sh\necho called >>%s/oldrust/cargo.calls\n' "$scratch" >"$scratch/oldrust/cargo"
+chmod 755 "$scratch/oldrust/rustc" "$scratch/oldrust/cargo"
+if [ -n "$any_pgc" ]; then
+  check "rustc 1.75: refused, naming the version and the minimum 1.89, cargo never called" refused \
+    "Rust 1.89 or newer: $scratch/oldrust/rustc is 1.75" "rustup update stable" "nothing was changed" -- \
+    env -i PATH="$scratch/oldrust:/usr/bin:/bin" HOME="$scratch/home" "$script" --pg-config "$any_pgc"
+  check "... and cargo was never called" test ! -e "$scratch/oldrust/cargo.calls"
 fi
 count_since "$p0" "$f0" source-refusals
 
