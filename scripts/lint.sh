@@ -5,9 +5,10 @@
 #                (NN: ADVLOCK_PG_MAJOR, default ADVLOCK_DEFAULT_MAJOR; pgrx needs `cargo pgrx init`)
 #   (shellcheck) every shell script in the repository (git ls-files; configuration: .shellcheckrc)
 #   (ruff)       ruff check on the Python test, bench, docs and monitoring code (configuration: ruff.toml)
+#   (scenarios)  clients/check_scenarios.py: every client's tests name every scenario of clients/SCENARIOS.md
 # The shellcheck tool is a Debian package and ruff is pinned in pg_test/requirements-tools.txt, both
 # installed by scripts/setup.sh. Prints "lint: N passed, M failed" and writes "lint N M" to
-# $ADVLOCK_SUMMARY. Usage: scripts/lint.sh [rustfmt clippy shellcheck ruff]   (default: all)
+# $ADVLOCK_SUMMARY. Usage: scripts/lint.sh [rustfmt clippy shellcheck ruff scenarios]   (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
@@ -17,7 +18,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 major=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
 venv=${ADVLOCK_VENV:-$repo/pg_test/.venv}
 summary=${ADVLOCK_SUMMARY:-/dev/null}
-checks=("$@"); [ ${#checks[@]} -gt 0 ] || checks=(rustfmt clippy shellcheck ruff)
+checks=("$@"); [ ${#checks[@]} -gt 0 ] || checks=(rustfmt clippy shellcheck ruff scenarios)
 
 passed=0 failed=0
 lint() { # name command...
@@ -33,7 +34,8 @@ for check in "${checks[@]}"; do
     rustfmt)    lint rustfmt cargo fmt --check ;;
     clippy)     lint clippy cargo clippy --quiet --features "pg$major" --no-default-features --all-targets -- -D warnings ;;
     shellcheck) lint shellcheck shell_scripts ;;
-    ruff)       lint ruff "$venv/bin/ruff" check --no-cache bench pg_test docs scripts monitoring ;;
+    ruff)       lint ruff "$venv/bin/ruff" check --no-cache bench pg_test docs scripts monitoring clients/check_scenarios.py ;;
+    scenarios)  lint scenarios python3 clients/check_scenarios.py ;;
     *) echo "lint: unknown check $check"; failed=$((failed + 1)) ;;
   esac
 done
