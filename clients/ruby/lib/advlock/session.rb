@@ -106,13 +106,15 @@ module Advlock
 
     def run
       connect
+      ready = false
       begin
         @probe_needed = greet
         probed(probe_pid) if @probe_needed
         acquire
-      rescue Exception # rubocop:disable Lint/RescueException -- interrupted too: close the connection
-        @conn.close unless @conn.finished?
-        raise
+        ready = true
+      ensure
+        # Refused, failed or interrupted (Timeout and Thread#kill unwind through ensure only).
+        @conn.close unless ready || @conn.finished?
       end
       begin
         yield self
