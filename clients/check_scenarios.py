@@ -3,7 +3,7 @@
 
 Reads the ids (`**S01 — ...**`) of clients/SCENARIOS.md, and the test names of each client:
 Python, every `def test_*` (also async) under clients/python/tests, read with ast; Ruby, every
-`def test_*` under clients/ruby/test; Node, the title of every `test(...)` / `it(...)` under
+`def test_*` (or `define_method("test_*...")`) under clients/ruby/test; Node, the title of every `test(...)` / `it(...)` under
 clients/node/test. An id is a word of the name: `s07` / `S07` with no letter or digit touching it
 (test_s06_s07_race, "S06 S07 race"). Fails when a required client lacks an id, when a test names
 an id the list does not define, or when the list defines an id twice. Python and Ruby are
@@ -22,7 +22,7 @@ CLIENTS = Path(__file__).resolve().parent
 LIST = CLIENTS / "SCENARIOS.md"
 DEFINED = re.compile(r"^\*\*(S\d{2}) — ", re.M)
 ID = re.compile(r"(?<![A-Za-z0-9])[sS](\d{2})(?![0-9])")
-RUBY_TEST = re.compile(r"^\s*def\s+(test_\w+[?!]?)", re.M)
+RUBY_TEST = re.compile(r"""^\s*(?:def\s+|define_method\(?\s*["'])(test_\w+)""", re.M)
 NODE_TEST = re.compile(r"""\b(?:test|it)\s*\(\s*(?:(["'])((?:\\.|(?!\1).)*)\1|`([^`]*)`)""")
 # client: required now (a test directory that must exist and cover every id)
 REQUIRED = {"python": True, "ruby": True, "node": False}

@@ -98,7 +98,8 @@ class KeysTest < AdvlockCase
     [{ ttl: 0, timeout: 1 }, ArgumentError, "ttl"], [{ ttl: -1, timeout: 1 }, ArgumentError, "ttl"],
     [{ ttl: Float::INFINITY, timeout: 1 }, ArgumentError, "ttl"], [{ ttl: "30", timeout: 1 }, TypeError, "ttl"],
     [{ ttl: 30, timeout: -1 }, ArgumentError, "timeout"], [{ ttl: 30, timeout: true }, TypeError, "timeout"],
-    [{ ttl: 30, timeout: 1, slots: 0 }, ArgumentError, "slots"], [{ ttl: 30, timeout: 1, slots: true }, TypeError, "slots"],
+    [{ ttl: 30, timeout: 1, slots: 0 }, ArgumentError, "slots"],
+    [{ ttl: 30, timeout: 1, slots: true }, TypeError, "slots"],
     [{ ttl: 30, timeout: 1, slots: 2.0 }, TypeError, "slots"], [{ ttl: 30, timeout: 1, ns: "" }, ArgumentError, "ns"],
     [{ ttl: 30, timeout: 1, id: true }, TypeError, "id"],
     [{ ttl: 1, timeout: 1, renew_deadline: 0 }, ArgumentError, "renew_deadline"],
@@ -113,8 +114,8 @@ class KeysTest < AdvlockCase
     pool = ActiveRecord::ConnectionAdapters::ConnectionPool.new(
       ActiveRecord::ConnectionAdapters::PoolConfig.new(
         ActiveRecord::Base, ActiveRecord::DatabaseConfigurations::HashConfig.new(
-          "test", "primary", { adapter: "postgresql", host: "/nonexistent", port: 1 }
-        )
+                              "test", "primary", { adapter: "postgresql", host: "/nonexistent", port: 1 }
+                            )
       )
     )
     BAD_LEASES.each do |kwargs, error, name|

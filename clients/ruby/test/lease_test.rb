@@ -28,7 +28,10 @@ class LeaseTest < AdvlockCase
       loop do
         return @free.pop(true)
       rescue ThreadError
-        raise Timeout::Error, "no connection within #{timeout} s" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+          raise Timeout::Error,
+                "no connection within #{timeout} s"
+        end
 
         sleep 0.005
       end
@@ -125,7 +128,12 @@ class LeaseTest < AdvlockCase
       Timeout.timeout(0.3) { Advlock.lease(pool, "report", "boom", ttl: 5.0, timeout: 1.0) { sleep 30 } }
     end
     entered = Queue.new
-    t = Thread.new { Advlock.lease(pool, "report", "boom", ttl: 5.0, timeout: 1.0) { entered << 1; sleep 30 } }
+    t = Thread.new do
+      Advlock.lease(pool, "report", "boom", ttl: 5.0, timeout: 1.0) do
+        entered << 1
+        sleep 30
+      end
+    end
     entered.pop
     t.kill
     t.join
@@ -137,7 +145,7 @@ class LeaseTest < AdvlockCase
     pool = active_record!(pool: 2)
     lease = nil
     e = assert_raises(Advlock::LeaseLost) do
-      Advlock.lease(pool, "report", "daily", ttl: 0.3, timeout: 1.0) do |l|
+      Advlock.lease(pool, "report", "daily", ttl: 1.0, timeout: 1.0) do |l|
         lease = l
         release_all
         wait_until(5, "the renewal thread to notice") { l.lost }
@@ -157,10 +165,10 @@ class LeaseTest < AdvlockCase
     interrupted = nil
     started = now
     e = assert_raises(Advlock::LeaseLost) do
-      Advlock.lease(pool, "report", "daily", ttl: 0.3, timeout: 1.0, interrupt: true) do
+      Advlock.lease(pool, "report", "daily", ttl: 1.0, timeout: 1.0, interrupt: true) do
         release_all
         begin
-          sleep 30 # interrupted by the next renewal (within ~0.1 s)
+          sleep 30 # interrupted by the next renewal (within ~0.3 s)
         rescue Advlock::LeaseInterrupted => e
           interrupted = e
           raise
@@ -174,7 +182,7 @@ class LeaseTest < AdvlockCase
     assert_match(/returned false/, e.message)
     # A block that swallows the interruption still gets LeaseLost at exit.
     assert_raises(Advlock::LeaseLost) do
-      Advlock.lease(pool, "report", "daily", ttl: 0.3, timeout: 1.0, interrupt: true) do
+      Advlock.lease(pool, "report", "daily", ttl: 1.0, timeout: 1.0, interrupt: true) do
         release_all
         begin
           sleep 30
@@ -267,9 +275,9 @@ class LeaseTest < AdvlockCase
         Advlock.lease(pb, "report", "daily", ttl: 2.0, timeout: 1.0) do |fresh|
           fresh_token = fresh.token
           assert_operator fresh.token, :>, stale.token
-          assert_equal 1, pb.with { |c| c.exec_params(FENCED, [fresh.token, "b"]).cmd_tuples }
+          assert_equal(1, pb.with { |c| c.exec_params(FENCED, [fresh.token, "b"]).cmd_tuples })
           # The stale worker's write changes nothing, whatever it believes.
-          assert_equal 0, pa.with { |c| c.exec_params(FENCED, [stale.token, "a"]).cmd_tuples }
+          assert_equal(0, pa.with { |c| c.exec_params(FENCED, [stale.token, "a"]).cmd_tuples })
         end
       end
     end
@@ -397,7 +405,7 @@ class LeaseTest < AdvlockCase
       assert_match(/\Asource: pass a pool .*not a connection/, e.message)
     end
     active_record!
-    e = assert_raises(TypeError) { Advlock.lease(ActiveRecord::Base.connection, "report", ttl: 30, timeout: 1) {} }
+    e = assert_raises(TypeError) { Advlock.lease(ActiveRecord::Base.connection, "report", ttl: 30, timeout: 1) { nil } }
     assert_match(/\Asource: pass a pool/, e.message)
     e = assert_raises(TypeError) { Advlock.lease(DSN, "report", ttl: 30, timeout: 1) { flunk "ran" } }
     assert_match(/\Asource: expected a connection pool/, e.message)

@@ -8,8 +8,8 @@ require_relative "bouncer"
 class PoolerTest < AdvlockCase
   KEY = Advlock.key("migrate")
 
-  def through(mode, &block)
-    Bouncer.run(DSN, mode, &block)
+  def through(mode, &)
+    Bouncer.run(DSN, mode, &)
   end
 
   def test_s17_transaction_and_statement_poolers_are_refused

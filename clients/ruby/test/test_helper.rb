@@ -18,7 +18,7 @@ module AdvlockTest
 
   # statement_timeout guards the suite against a hang; advlock never relies on it.
   def connect(app = "advlock-test", dsn: DSN)
-    PG.connect(dsn, application_name: app, options: "-c statement_timeout=20000")
+    PG.connect(dsn, application_name: app, options: "-c statement_timeout=20000 -c client_min_messages=warning")
   end
 
   def with_conn(app = "advlock-test", dsn: DSN)
@@ -68,7 +68,11 @@ module AdvlockTest
         "SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'advlock'), 'advlock' = ANY " \
         "(string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','))"
       ).values.first
-      ext == "t" ? (pre == "t" ? "preloaded" : "extension") : "edition"
+      if ext == "t"
+        pre == "t" ? "preloaded" : "extension"
+      else
+        "edition"
+      end
     end
   end
 

@@ -29,7 +29,8 @@ class XactTest < AdvlockCase
           b.transaction do
             Advlock.lock(a, "report", "q3", timeout: 1, shared: true)
             Advlock.lock(b, "report", "q3", timeout: 1, shared: true)
-            assert_equal [[true, "ShareLock", Advlock.key("report", "q3")]] * 2, advisory_locks(admin).map { |r| r[1..] }
+            shared = advisory_locks(admin).map { |r| r[1..] }
+            assert_equal [[true, "ShareLock", Advlock.key("report", "q3")]] * 2, shared
             with_conn { |c| c.transaction { refute Advlock.try_lock(c, "report", "q3") } }
           end
         end
@@ -144,7 +145,7 @@ class XactTest < AdvlockCase
           wait_until(10, "the waiter to queue") { waiting?(admin, waiter.backend_pid) }
           rows = Advlock.holders(admin, "account", 42)
           assert_equal [[conn.backend_pid, true, "exclusive", KEY42], [waiter.backend_pid, false, "exclusive", KEY42]],
-                       rows.map { |r| [r.pid, r.granted, r.mode, r.key] }
+                       (rows.map { |r| [r.pid, r.granted, r.mode, r.key] })
           assert_equal "holder", rows[0].application_name
           assert_equal [conn.backend_pid], rows[1].blocked_by
           assert_kind_of Time, rows[1].waiting_since
@@ -255,7 +256,9 @@ class XactTest < AdvlockCase
         assert Advlock.try_lock(holder, "account", 42)
         pid = ActiveRecord::Base.connection.select_value("SELECT pg_backend_pid()").to_i
         assert_raises(Timeout::Error) do
-          Timeout.timeout(0.5) { ActiveRecord::Base.transaction { Advlock.with_lock("account", 42, timeout: 30) {} } }
+          Timeout.timeout(0.5) do
+            ActiveRecord::Base.transaction { Advlock.with_lock("account", 42, timeout: 30) { nil } }
+          end
         end
         assert_empty advisory_locks(admin, pid)
         assert_equal 1, ActiveRecord::Base.connection.select_value("SELECT 1").to_i

@@ -43,7 +43,11 @@ module Advlock
     def schema(schema)
       return nil if schema.nil?
       raise TypeError, "schema must be a String (a schema name) or nil, got #{schema.class}" unless schema.is_a?(String)
-      raise ArgumentError, "schema must be a schema name, got #{schema.inspect}" if schema.empty? || schema.include?("\0")
+
+      if schema.empty? || schema.include?("\0")
+        raise ArgumentError,
+              "schema must be a schema name, got #{schema.inspect}"
+      end
 
       schema
     end

@@ -37,7 +37,7 @@ module Advlock
     # quote_literal(app), quote_literal(state)): '' for a quote, an E'' string when a
     # backslash is present, nothing for NULL.
     LITERAL = "(E?'(?:[^']|'')*'|)"
-    HOLDER = /PID (\d+) \(application_name #{LITERAL}, state #{LITERAL}\)/.freeze
+    HOLDER = /PID (\d+) \(application_name #{LITERAL}, state #{LITERAL}\)/
 
     def self.unquote(literal)
       return nil if literal.empty?

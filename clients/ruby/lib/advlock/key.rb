@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+# The advlock gem (lib/advlock.rb).
 module Advlock
   # advlock key spec v1 (docs/keys/SPEC.md) in pure Ruby: SipHash-2-4 with an all-zero 128-bit
   # key over UTF-8(ns) || 0x00 || UTF-8(id), read as a signed 64-bit integer. An integer id

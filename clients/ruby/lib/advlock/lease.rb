@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+# The advlock gem (lib/advlock.rb).
 module Advlock
   # A lease: a lock owned by its id, not by a connection (advlock_lease; needs advlock in
   # shared_preload_libraries). Taken with one statement on any connection, renewed and released
@@ -81,7 +82,8 @@ module Advlock
         raise ArgumentError, "renew_deadline must be more than 0 and less than ttl (#{ttl.inspect} s): the block " \
                              "must stop before the server ends the lease, got #{renew_deadline.inspect}"
       end
-      raise TypeError, "interrupt must be true or false, got #{interrupt.class}" unless [true, false].include?(interrupt)
+      raise TypeError, "interrupt must be true or false, got #{interrupt.class}" unless [true,
+                                                                                         false].include?(interrupt)
 
       @schema = Args.schema(schema)
       @source = Source.for(source)
@@ -99,7 +101,13 @@ module Advlock
     end
 
     def inspect
-      state = if @lost then "lost" elsif @token.positive? then "held" else "not taken" end
+      state = if @lost
+                "lost"
+              elsif @token.positive?
+                "held"
+              else
+                "not taken"
+              end
       "#<Advlock::Lease advlock_key(#{@ns.inspect}, #{@id.inspect}) token=#{@token} #{state}>"
     end
 
@@ -206,7 +214,7 @@ module Advlock
 
     # Called with @mutex held.
     def mark_lost(reason)
-      @lost ||= reason
+      @lost = reason if @lost.nil?
     end
 
     # Called with @mutex held.

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+# The advlock gem (lib/advlock.rb).
 module Advlock
   # A session lock on a connection of its own, to one server session (Advlock.session_lock).
   #
@@ -96,7 +97,7 @@ module Advlock
     # database, username; keys libpq does not know, such as adapter or pool, are left out) as a
     # key=value connection string.
     def self.conninfo(params)
-      h = params.to_h { |k, v| [k.to_s, v] }
+      h = params.transform_keys(&:to_s)
       h["dbname"] ||= h.delete("database")
       h["user"] ||= h.delete("username")
       known = PG::Connection.conndefaults.map { |d| d[:keyword] }

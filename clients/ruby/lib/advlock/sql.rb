@@ -105,10 +105,10 @@ module Advlock
 
     # The LockTimeout for a PG error that is (or was caused by) SQLSTATE 55P03, else nil.
     def lock_timeout(error)
-      seen = {}
+      seen = {}.compare_by_identity
       e = error
-      while e && !seen[e.object_id]
-        seen[e.object_id] = true
+      while e && !seen[e]
+        seen[e] = true
         if e.is_a?(PG::Error) && e.result && e.result.error_field(PG::PG_DIAG_SQLSTATE) == "55P03"
           message = e.result.error_field(PG::PG_DIAG_MESSAGE_PRIMARY)
           detail = e.result.error_field(PG::PG_DIAG_MESSAGE_DETAIL)

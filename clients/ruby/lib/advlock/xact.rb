@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+# The advlock gem (lib/advlock.rb).
 module Advlock
   # Transaction-scope locks and diagnostics on a connection the caller already has: a
   # PG::Connection, or an ActiveRecord PostgreSQL connection (ActiveRecord::Base.connection).
@@ -55,7 +56,8 @@ module Advlock
       end
 
       def raw_connection
-        @raw ||= @active_record.raw_connection
+        @raw = @active_record.raw_connection if @raw.nil?
+        @raw
       end
 
       def query(sql, params, schema)
