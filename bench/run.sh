@@ -49,12 +49,12 @@ if [ $quick = 1 ]; then
 else
   [ -n "$out" ] || out=$here/results
   if [ $install = 1 ]; then
-    echo "bench: cargo pgrx install --release"
+    echo "bench: scripts/install_ext.sh --release"
     log=$(mktemp /tmp/advlock-bench-install.XXXXXX.log)
-    if ! (cd "$repo" && cargo pgrx install --release --pg-config "$PG_CONFIG") >"$log" 2>&1; then
+    if ! "$repo/scripts/install_ext.sh" --release "$PG_CONFIG" >"$log" 2>&1; then
       tail -30 "$log"; echo "bench: release build/install failed" >&2; exit 1
     fi
-    profile="release (cargo pgrx install --release, this run)"
+    profile="release (scripts/install_ext.sh --release, this run)"
   else
     profile="as installed (--no-install: not rebuilt by this run)"
   fi
@@ -89,7 +89,7 @@ instance_start "$work" "$port" "${conf[@]}" || { echo "bench: could not start Po
 pkglib=$("$PG_CONFIG" --pkglibdir)
 mkdir -p "$work/lib"
 cp "$pkglib/advlock.so" "$work/lib/advlock.so" && chmod 755 "$work/lib" "$work/lib/advlock.so"
-if [ $quick = 0 ] && [ $install = 1 ] && ! cmp -s "$work/lib/advlock.so" "$repo/target/release/libadvlock.so"; then
+if [ $quick = 0 ] && [ $install = 1 ] && ! cmp -s "$work/lib/advlock.so" "${CARGO_TARGET_DIR:-$repo/target}/release/libadvlock.so"; then
   echo "bench: the installed advlock.so is not the release build just made (reinstalled meanwhile?); rerun" >&2
   exit 1
 fi

@@ -5,11 +5,18 @@
 #                (NN: ADVLOCK_PG_MAJOR, default ADVLOCK_DEFAULT_MAJOR; pgrx needs `cargo pgrx init`)
 #   (shellcheck) every shell script in the repository (git ls-files; configuration: .shellcheckrc)
 #   (ruff)       ruff check on the Python test, bench, docs and monitoring code (configuration: ruff.toml)
+#   (ascii)      scripts/lint_ascii.py: no non-ASCII character in a Rust string or char literal
+#                under src/, in the SQL scripts sql/*.sql, the SQL edition or advlock.control
+#                (PostgreSQL reads scripts and messages in the database's encoding)
+#   (versions)   scripts/versions.py: the extension, the SQL edition and every client carry one version
+#   (actionlint) the GitHub Actions workflows (.github/workflows/*.yml), with ShellCheck on their
+#                `run:` steps
 #   (scenarios)  clients/check_scenarios.py: every client's tests name every scenario of clients/SCENARIOS.md
 #   (rubocop)    RuboCop (Debian's rubocop) and `ruby -wc` on the Ruby client (configuration: clients/ruby/.rubocop.yml)
-# The shellcheck tool is a Debian package and ruff is pinned in pg_test/requirements-tools.txt, both
-# installed by scripts/setup.sh. Prints "lint: N passed, M failed" and writes "lint N M" to
-# $ADVLOCK_SUMMARY. Usage: scripts/lint.sh [rustfmt clippy shellcheck ruff scenarios rubocop]   (default: all)
+# The shellcheck tool is a Debian package; ruff and actionlint are pinned in
+# pg_test/requirements-tools.txt, all installed by scripts/setup.sh (RuboCop too, from Debian).
+# Prints "lint: N passed, M failed" and writes "lint N M" to $ADVLOCK_SUMMARY.
+# Usage: scripts/lint.sh [rustfmt clippy shellcheck ruff ascii versions actionlint scenarios rubocop]   (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
@@ -19,7 +26,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 major=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
 venv=${ADVLOCK_VENV:-$repo/pg_test/.venv}
 summary=${ADVLOCK_SUMMARY:-/dev/null}
-checks=("$@"); [ ${#checks[@]} -gt 0 ] || checks=(rustfmt clippy shellcheck ruff scenarios rubocop)
+checks=("$@"); [ ${#checks[@]} -gt 0 ] || checks=(rustfmt clippy shellcheck ruff ascii versions actionlint scenarios rubocop)
 
 passed=0 failed=0
 lint() { # name command...
@@ -45,6 +52,9 @@ for check in "${checks[@]}"; do
     clippy)     lint clippy cargo clippy --quiet --features "pg$major" --no-default-features --all-targets -- -D warnings ;;
     shellcheck) lint shellcheck shell_scripts ;;
     ruff)       lint ruff "$venv/bin/ruff" check --no-cache bench pg_test docs scripts monitoring clients/check_scenarios.py ;;
+    ascii)      lint ascii python3 "$here/lint_ascii.py" ;;
+    versions)   lint versions python3 "$here/versions.py" ;;
+    actionlint) lint actionlint "$venv/bin/actionlint" -shellcheck="$(command -v shellcheck)" ;;
     scenarios)  lint scenarios python3 clients/check_scenarios.py ;;
     rubocop)    lint rubocop ruby_lint ;;
     *) echo "lint: unknown check $check"; failed=$((failed + 1)) ;;

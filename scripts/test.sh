@@ -5,12 +5,15 @@
 #      ShellCheck, ruff (counted as lint)
 #   2. cargo pgrx test pgDEFAULT     in-database #[pg_test]s and Rust unit tests
 #      (preloaded, then again with ADVLOCK_PGRX_PRELOAD=off)
-#   3. pg_test/run.sh                (after cargo pgrx install into DEFAULT) pg_regress,
-#      pg_isolation_regress, real clients + PgBouncer, leases; regress + isolation + leases again
+#   3. pg_test/run.sh                (after scripts/install_ext.sh into DEFAULT) pg_regress,
+#      pg_isolation_regress, real clients + PgBouncer, leases, server encodings (pg_test/encodings:
+#      UTF8, EUC_JP, LATIN1, WIN1251, SQL_ASCII databases); regress + isolation + leases again
 #      with shared_preload_libraries = 'advlock', and regress once more with tiny label/namespace
 #      capacities (full tables); the monitoring suite (promtool, a real postgres_exporter and
 #      Prometheus) runs plain with the others, then again preloaded
 #   4. pg_test/fast_loop.sh          CONTRIBUTING.md's fast-loop commands, run as written
+#      pg_test/install/run.sh        scripts/install_ext.sh replacing advlock.so under a running,
+#      preloaded server (which keeps its mapped file and serves on)
 #   5. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
 #   5b. clients/python/run_tests.sh  the Python client: ruff, mypy --strict, pytest on a real instance
 #   5c. clients/ruby/run_tests.sh    the Ruby client: gem build, minitest on a real instance (extension,
@@ -78,7 +81,10 @@ section "cargo pgrx test pg$default, not preloaded"
 ADVLOCK_PGRX_PRELOAD=off pgrx_pass pgrx-nopre
 
 section "install the extension into PostgreSQL $default"
-if cargo pgrx install --pg-config "$PG_CONFIG" >"$log" 2>&1; then
+# scripts/install_ext.sh: built, then each file written beside its destination and renamed over
+# it, so a server of this major that has advlock.so mapped (another checkout's, a kept instance)
+# never sees a half-written library.
+if "$here/install_ext.sh" "$PG_CONFIG" >"$log" 2>&1; then
   section "pg_test suites"
   "$repo/pg_test/run.sh" || status=1
   # Labels and statistics need shared_preload_libraries; the same specs and regress files
@@ -100,6 +106,10 @@ if cargo pgrx install --pg-config "$PG_CONFIG" >"$log" 2>&1; then
   sed 's/^/preload-/' "$presummary" >>"$summary"
   section "the fast loop (CONTRIBUTING.md), as written"
   "$repo/pg_test/fast_loop.sh" || status=1
+  # The install above, again, under a preloaded server holding a lock: the server keeps its
+  # mapped library and serves on (counted as install-atomic). It leaves a stripped build installed.
+  section "scripts/install_ext.sh under a running, preloaded server"
+  "$repo/pg_test/install/run.sh" || status=1
 else
   tail -30 "$log"; echo "install 0 1" >>"$summary"; status=1
 fi

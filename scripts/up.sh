@@ -5,10 +5,9 @@
 #   major     NN = ADVLOCK_PG_MAJOR, default ADVLOCK_DEFAULT_MAJOR (scripts/majors.sh: 17)
 #   data dir  /var/lib/postgresql/advlock-NN   (override: ADVLOCK_PGDATA)
 #   port      54NN on 127.0.0.1 (5417 for 17)   (override: ADVLOCK_PORT)
-# Idempotent: a second run rebuilds only what changed and restarts the cluster around the install.
+# Idempotent: a second run rebuilds only what changed and restarts the cluster after the install.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(dirname "$here")"
 export PATH="$HOME/.cargo/bin:$PATH"
 . "$here/majors.sh"
 major=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
@@ -19,15 +18,15 @@ PORT=${ADVLOCK_PORT:-$((5400 + major))}
 "$here/setup.sh"
 PG_CONFIG=$(pg_config_for "$major")
 PGBIN=$("$PG_CONFIG" --bindir)
-# cargo pgrx install rewrites advlock.so in place: backends that have it mapped would crash.
-# Stop the cluster first (it is started again below).
+# scripts/install_ext.sh renames the new files over the old ones: a running cluster keeps the
+# library it has mapped, and is restarted after the install to load the new one.
+echo "[up] building and installing advlock (release)"
+"$here/install_ext.sh" --release "$PG_CONFIG" >/tmp/advlock-install.log 2>&1 ||
+  { tail -30 /tmp/advlock-install.log; exit 1; }
 if [ -f "$PGDATA/postmaster.pid" ]; then
-  echo "[up] stopping PostgreSQL $major while advlock.so is replaced"
+  echo "[up] restarting PostgreSQL $major to load the new advlock.so"
   as_postgres "$PGBIN/pg_ctl" -D "$PGDATA" -m fast -w stop >/dev/null
 fi
-echo "[up] building and installing advlock (release)"
-(cd "$repo" && cargo pgrx install --release --pg-config "$PG_CONFIG" >/tmp/advlock-install.log 2>&1) ||
-  { tail -30 /tmp/advlock-install.log; exit 1; }
 
 if [ ! -f "$PGDATA/PG_VERSION" ]; then
   echo "[up] initdb $PGDATA"

@@ -13,17 +13,17 @@ impl Report {
     #[track_caller]
     pub fn new(code: PgSqlErrorCode, message: impl Into<String>) -> Self {
         Report {
-            inner: ErrorReport::new(code, message.into(), "advlock"),
+            inner: ErrorReport::new(code, for_server(message.into()), "advlock"),
         }
     }
 
     pub fn detail(mut self, detail: impl Into<String>) -> Self {
-        self.inner = self.inner.set_detail(detail);
+        self.inner = self.inner.set_detail(for_server(detail.into()));
         self
     }
 
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
-        self.inner = self.inner.set_hint(hint);
+        self.inner = self.inner.set_hint(for_server(hint.into()));
         self
     }
 
@@ -36,6 +36,27 @@ impl Report {
     pub fn warn(self) {
         self.inner.report(PgLogLevel::WARNING);
     }
+}
+
+/// A message, detail or hint as the server can carry it. PostgreSQL takes their bytes to be in
+/// the database encoding and converts them to each client's: advlock's own wording is ASCII
+/// (scripts/lint_ascii.py), readable in every encoding, but what a message quotes (a role name, an
+/// argument) is Rust text, UTF-8. In a database of another encoding (EUC_JP, LATIN1, ...; not
+/// SQL_ASCII, which passes bytes on) its non-ASCII characters are written as \uXXXX escapes, as
+/// `ServerText::display` does for arguments, instead of bytes that are invalid or wrong there.
+fn for_server(text: String) -> String {
+    if text.is_ascii() || !crate::server_text::needs_conversion() {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\u{:04X}", c as u32));
+        }
+    }
+    out
 }
 
 /// 22004: a NULL would otherwise flow silently into the lock manager (`pg_advisory_lock(NULL)`

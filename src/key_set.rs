@@ -166,7 +166,7 @@ fn acquire_all(
                 "It was full after {} of them. No key of this call is held: the error releases the ones it took.",
                 taken.get()
             ))
-            .hint("Lock fewer keys per call, or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction × (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.")
+            .hint("Lock fewer keys per call, or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction * (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.")
             .raise()
         }
         _ => error.rethrow(),

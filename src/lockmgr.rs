@@ -33,7 +33,11 @@ fn lockmode(mode: Mode) -> pg_sys::LOCKMODE {
     }
 }
 
-/// Advisory locks are not transferable to parallel workers (as in `lockfuncs.c`).
+/// Advisory locks are not transferable to parallel workers: a lock taken by a worker would be
+/// released when the worker exits. PostgreSQL's own `pg_advisory_*` functions are PARALLEL
+/// UNSAFE, so the planner never runs them in a worker (lockfuncs.c dropped its explicit check
+/// in PostgreSQL 13); advlock's are too, and this check keeps the error should one be reached in
+/// parallel mode anyway (say, through a PARALLEL SAFE wrapper a user wrote).
 pub fn prevent_in_parallel_mode() {
     // SAFETY: reads backend-local transaction state.
     if unsafe { pg_sys::IsInParallelMode() } {
@@ -73,11 +77,12 @@ pub fn try_acquire(key: i64, mode: Mode, scope: Scope) -> bool {
 /// Whether this backend holds the lock in exactly this mode (in any scope).
 pub fn held_by_me(key: i64, mode: Mode) -> bool {
     let tag = advisory_tag(key);
-    // SAFETY: reads this backend's local lock table.
     // PostgreSQL 17 added `orstronger`; false keeps the exact-mode meaning of earlier majors.
     #[cfg(any(feature = "pg15", feature = "pg16"))]
+    // SAFETY: reads this backend's local lock table.
     let held = unsafe { pg_sys::LockHeldByMe(&tag, lockmode(mode)) };
     #[cfg(not(any(feature = "pg15", feature = "pg16")))]
+    // SAFETY: reads this backend's local lock table.
     let held = unsafe { pg_sys::LockHeldByMe(&tag, lockmode(mode), false) };
     held
 }
@@ -444,8 +449,9 @@ pub fn lock_table_usage() -> LockTableUsage {
             pg_sys::LWLockRelease(partition_lock(partition));
         }
     }
-    // SAFETY: both settings are fixed at server start (PGC_POSTMASTER) and set in every backend.
+    // SAFETY: a setting fixed at server start (PGC_POSTMASTER), set in every backend.
     let per_backend = unsafe { pg_sys::max_locks_per_xact } as i64;
+    // SAFETY: computed by the postmaster before any backend starts, never changed afterwards.
     let backends = unsafe { pg_sys::MaxBackends } as i64;
     LockTableUsage {
         by_database,

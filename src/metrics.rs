@@ -211,9 +211,7 @@ fn current_user() -> String {
     // SAFETY: the name of the current user, palloc'd; read at once.
     unsafe {
         let name = pg_sys::GetUserNameFromId(pg_sys::GetUserId(), false);
-        core::ffi::CStr::from_ptr(name)
-            .to_string_lossy()
-            .into_owned()
+        crate::server_text::catalog_name(core::ffi::CStr::from_ptr(name))
     }
 }
 

@@ -69,6 +69,31 @@ impl<'a> ServerText<'a> {
     }
 }
 
+/// A name from the catalog (a role name: NUL-terminated, in the server encoding) as text for a
+/// message: converted to UTF-8 where it is valid in the database encoding (`Report` then shows
+/// its non-ASCII characters as \uXXXX outside UTF-8), taken lossily where it is not (a name
+/// created from a database of another encoding), never an error raised while building one.
+pub fn catalog_name(name: &CStr) -> String {
+    let bytes = name.to_bytes();
+    if bytes.is_ascii() || !needs_conversion() {
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    // SAFETY: reads `bytes.len()` bytes of `bytes`; noError = true: reports instead of raising.
+    let valid = unsafe {
+        pg_sys::pg_verify_mbstr(
+            pg_sys::GetDatabaseEncoding(),
+            bytes.as_ptr() as *const c_char,
+            bytes.len() as c_int,
+            true,
+        )
+    };
+    if valid {
+        String::from_utf8_lossy(&ServerText { bytes }.to_utf8()).into_owned()
+    } else {
+        String::from_utf8_lossy(bytes).into_owned()
+    }
+}
+
 pub fn needs_conversion() -> bool {
     // SAFETY: reads the backend-local database encoding; always set inside a backend.
     let enc = unsafe { pg_sys::GetDatabaseEncoding() } as u32;
@@ -127,9 +152,13 @@ unsafe impl pgrx::datum::UnboxDatum for ServerText<'_> {
     }
 }
 
+// SAFETY: the argument is declared `text` (impl_sql_translatable below, arg_only = "text"),
+// which is what FromDatum for ServerText reads; the borrow lives as long as the call ('fcx).
 unsafe impl<'fcx> ArgAbi<'fcx> for ServerText<'fcx> {
     unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
         let index = arg.index();
+        // SAFETY: the caller (pgrx's fmgr glue) passes an argument of this function, a `text`
+        // datum or NULL, valid for the call; NULL becomes None and the panic below.
         unsafe { arg.unbox_arg_using_from_datum() }
             .unwrap_or_else(|| panic!("argument {index} must not be null"))
     }

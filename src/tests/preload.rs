@@ -114,10 +114,10 @@ mod tests {
     fn labels_are_truncated_at_a_character_boundary() {
         // 'pgrx-trunc:' is 11 bytes, each 'é' 2: 58 of them fill 127 bytes exactly.
         assert!(one_bool(
-            "SELECT advlock_try_with_timeout('pgrx-trunc', repeat('é', 100), 0)"
+            "SELECT advlock_try_with_timeout('pgrx-trunc', repeat('\u{e9}', 100), 0)"
         ));
         assert!(one_bool(
-            "SELECT advlock_try_with_timeout('pgrx-trunc', 'x' || repeat('é', 100), 0)"
+            "SELECT advlock_try_with_timeout('pgrx-trunc', 'x' || repeat('\u{e9}', 100), 0)"
         ));
         if !preloaded() {
             return;
@@ -127,7 +127,7 @@ mod tests {
                 "SELECT string_agg(format('%s/%s', octet_length(label),
                                           label = left('pgrx-trunc:' || id, char_length(label))), ',' ORDER BY id)
                    FROM advlock_labels() l
-                   JOIN (VALUES (repeat('é', 100)), ('x' || repeat('é', 100))) v(id)
+                   JOIN (VALUES (repeat('\u{e9}', 100)), ('x' || repeat('\u{e9}', 100))) v(id)
                      ON l.key = advlock_key('pgrx-trunc', v.id)
                   WHERE l.pid = pg_backend_pid()"
             ),
