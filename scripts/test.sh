@@ -17,6 +17,8 @@
 #      preloaded server (which keeps its mapped file and serves on)
 #   5. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
 #   5b. clients/python/run_tests.sh  the Python client: ruff, mypy --strict, pytest on a real instance
+#   5c. clients/ruby/run_tests.sh    the Ruby client: gem build, minitest on a real instance (extension,
+#      SQL edition, preloaded; PgBouncer in every mode); its RuboCop runs in step 1
 #   6. pg_test/edition/run.sh        the SQL edition (edition/advlock_sql.sql) on every major:
 #      the same regress + isolation suites, key vectors, race stress, the docs' edition examples; its
 #      signatures and the move to the extension where the extension is installed
@@ -131,6 +133,11 @@ grep -q '^keys: ' "$keylog" || echo "keys 0 1" >>"$summary"
 # of PostgreSQL 17 with the extension installed above. Counted as python-client. ---
 section "Python client (clients/python)"
 bash "$repo/clients/python/run_tests.sh" || status=1
+
+# --- the Ruby client (clients/ruby): gem build, minitest against its own instances of
+# PostgreSQL 17 with the extension installed above. Counted as ruby-client. ---
+section "Ruby client (clients/ruby)"
+bash "$repo/clients/ruby/run_tests.sh" || status=1
 
 # --- the SQL edition (pg_test/edition): regress, isolation, key vectors, grant/timeout race and
 # the docs' edition examples (README.md, docs/sql-edition.md) against edition/advlock_sql.sql in databases without the extension, on
