@@ -288,6 +288,17 @@ def test_trusted_install_by_database_owner_with_hostile_schema(hostile, key):
             su.execute("DROP VIEW public.control_view")
             # Nothing was called during installation.
             assert su.execute("SELECT is_called FROM evil.hits").fetchone()[0] is False
+        # ... and it does: it resets a fence another role passed, and decides who passes them.
+        with connect("rel-bob", dbname=TRUSTED_DB, user="rel_bob") as bob:
+            bob.execute("SELECT advlock_fence('trusted', 'x', 5)")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                bob.execute("SELECT advlock_fence_reset('trusted', 'x')")
+        with connect("rel-dbowner", dbname=TRUSTED_DB, user=DBOWNER) as owner:
+            assert owner.execute("SELECT advlock_fence_reset('trusted', 'x')").fetchone()[0] == 5
+            owner.execute("REVOKE INSERT, UPDATE ON advlock_fences FROM PUBLIC")
+        with connect("rel-bob", dbname=TRUSTED_DB, user="rel_bob") as bob:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                bob.execute("SELECT advlock_fence('trusted', 'x', 6)")
         # And using it with a hostile search_path calls none of the lookalikes either.
         notices = run_victim_calls(TRUSTED_DB, "evil, public, pg_catalog", key)
         assert not [n.message_primary for n in notices if "hijacked" in (n.message_primary or "")]

@@ -39,7 +39,10 @@ def test_two_candidates_take_turns_and_an_observer_sees_every_term(admin: psycop
                     return
 
         watcher = asyncio.create_task(watch())
-        await first_seen.wait()  # no leader yet: None
+        await asyncio.wait([watcher, asyncio.create_task(first_seen.wait())], return_when=asyncio.FIRST_COMPLETED)
+        if watcher.done():
+            watcher.result()  # the observer failed: say why
+        assert seen == [None]  # no leader yet
         async with advlock.leader(p, "beat", "nightly", candidate="pod-a", ttl=5.0, timeout=1.0) as a:
             row = admin.execute("SELECT term, candidate FROM advlock_leader('beat', 'nightly')").fetchone()
             assert row == (a.term, "pod-a")

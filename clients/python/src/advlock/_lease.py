@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import sys
 import threading
 import time
@@ -62,9 +63,15 @@ class _AsyncEngine(Protocol):
 LeaseSource: TypeAlias = _PsycopgPool | _AsyncpgPool | _Engine | _AsyncEngine | SyncConnection | AsyncConnection
 
 
+_LEASE_FUNCTIONS = re.compile(
+    r"advlock_(lease\w*|wait_lease|campaign|wait_campaign|leader|observe_leader|wait_leader|resign)\b"
+)
+
+
 def _unavailable(exc: BaseException) -> LeasesUnavailable | None:
     """NotPreloaded for 55000 (advlock not in shared_preload_libraries), LeasesUnavailable for
-    42883 on advlock_lease* (the SQL edition, or an extension older than leases), else None."""
+    42883 on a lease or election function (the SQL edition, or an extension older than them:
+    leases came in 0.4.0, elections in 0.5.0), else None."""
     for e in chain(exc):
         state = getattr(e, "sqlstate", None)
         if state == "55000" and "shared_preload_libraries" in str(e):
@@ -72,10 +79,12 @@ def _unavailable(exc: BaseException) -> LeasesUnavailable | None:
                 "leases need the advlock library preloaded: add advlock to shared_preload_libraries in "
                 f"postgresql.conf (shared_preload_libraries = 'advlock') and restart PostgreSQL (server: {e})"
             )
-        if state == "42883" and "advlock_lease" in str(e):
+        missing = _LEASE_FUNCTIONS.search(str(e)) if state == "42883" else None
+        if missing is not None:
             return LeasesUnavailable(
-                "this database has no advlock_lease(): leases need the advlock extension (the SQL edition has "
-                f"none), version with leases, preloaded via shared_preload_libraries (server: {e})"
+                f"this database has no {missing.group(0)}(): leases (and elections) need the advlock extension "
+                "(the SQL edition has none) in a version that has them (leases: 0.4.0, elections: 0.5.0), preloaded "
+                f"via shared_preload_libraries (server: {e})"
             )
     return None
 
