@@ -46,7 +46,7 @@ SELECT m.ns, m.holders, m.locks, m.leaked_holders, m.leaked_locks, m.idle_in_tra
 GRANT SELECT ON @extschema@.advlock_metrics TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.advlock_metrics IS
-  'advlock: gauges per namespace (holders, leaked and idle-in-transaction holders, hidden holders, waiters, oldest wait and hold) and, preloaded, the acquisition counters and the sessions advlock.idle_session_lock_timeout ended; for exporters';
+  'advlock: gauges per namespace (holders, leaked and idle-in-transaction holders, hidden holders, waiters, oldest wait and hold) and, preloaded, the acquisition counters; for exporters';
 
 COMMENT ON VIEW @extschema@.advlock_holders IS
   'advlock: advisory locks in this database, holders and waiters, with their backends';
@@ -55,7 +55,7 @@ COMMENT ON VIEW @extschema@.advlock_stats IS
 COMMENT ON VIEW @extschema@.advlock_stats_info IS
   'advlock: fill level of the shared label and statistics tables (all databases) and the entries dropped because they were full; needs shared_preload_libraries';
 COMMENT ON VIEW @extschema@.advlock_metrics IS
-  'advlock: gauges per namespace (holders, leaked and idle-in-transaction holders, hidden holders, waiters, oldest wait and hold) and, preloaded, the acquisition counters and the sessions advlock.idle_session_lock_timeout ended; for exporters';
+  'advlock: gauges per namespace (holders, leaked and idle-in-transaction holders, hidden holders, waiters, oldest wait and hold) and, preloaded, the acquisition counters; for exporters';
 COMMENT ON VIEW @extschema@.advlock_leases IS
   'advlock: one row per lease held (lease id = fencing token, role, who took or last renewed it, expires_at) and per backend waiting for one (waiting_since) in this database; needs shared_preload_libraries';
 COMMENT ON VIEW @extschema@.advlock_lease_stats IS

@@ -11,4 +11,4 @@ SELECT m.ns, m.holders, m.locks, m.leaked_holders, m.leaked_locks, m.idle_in_tra
 GRANT SELECT ON @extschema@.advlock_metrics TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.advlock_metrics IS
-  'advlock: gauges per namespace (holders, leaked and idle-in-transaction holders, hidden holders, waiters, oldest wait and hold) and, preloaded, the acquisition counters and the sessions advlock.idle_session_lock_timeout ended; for exporters';
+  'advlock: gauges per namespace (holders, leaked and idle-in-transaction holders, hidden holders, waiters, oldest wait and hold) and, preloaded, the acquisition counters; for exporters';
