@@ -51,7 +51,7 @@ def test_pooled_connection_lock_is_cleared_and_the_waiter_gets_it(admin):
     key = "idle-jobs:1" if preloaded(admin) else str(
         admin.execute("SELECT advlock_key('idle-jobs', 1)").fetchone()[0])
     pool = ConnectionPool(conninfo(app, options=options()), min_size=1, max_size=1,
-                          kwargs={"autocommit": True}, open=True)
+                          kwargs={"autocommit": True}, check=ConnectionPool.check_connection, open=True)
     try:
         with pool.connection() as conn:
             pid = conn.info.backend_pid
@@ -66,6 +66,10 @@ def test_pooled_connection_lock_is_cleared_and_the_waiter_gets_it(admin):
             assert waited >= TIMEOUT_MS / 1000 * 0.9, f"cleared too early: {waited:.3f} s"
             waiter.execute("SELECT advlock_unlock('idle-jobs', 1)")
         assert not alive(admin, pid)
+        # The pool's check replaces the terminated connection at the next checkout.
+        with pool.connection() as conn:
+            assert conn.execute("SELECT 1").fetchone()[0] == 1
+            assert conn.info.backend_pid != pid
         log = server_log()
         line = next((ln for ln in log.splitlines() if f"pid {pid} " in ln and "idle_session_lock_timeout" in ln), None)
         assert line is not None, "no log line for the terminated session"
