@@ -85,6 +85,8 @@ CLAIMS = {
     "CREATE TABLE report_output": "leases/test_doc_examples.py::test_lease_doc_examples",
     "SELECT advlock_lease('reports', 'running', 60000, 0, slots => 3) AS slot \\gset": "leases/test_doc_examples.py::test_lease_doc_examples",
     "SELECT advlock_lease('leader', 'rollup', 15000, 0) AS term \\gset": "leases/test_doc_examples.py::test_lease_doc_examples",
+    # docs/fences.md
+    "CREATE TEMP TABLE invoices": "clients/test_doc_examples.py::test_single_session_examples",
     # docs/sql-edition.md
     'SET search_path = "$user", public, advlock;': "edition/readme.sh",
     # docs/preload.md (monitoring runs preloaded and not in the test command)

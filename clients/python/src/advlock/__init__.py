@@ -5,6 +5,7 @@ server, keys follow advlock's key spec v1, and the scope rules are enforced, not
 """
 
 from ._api import AsyncXactLock, LockEntry, XactLock, fence, holders, lease_check, lock, lock_all, try_lock
+from ._election import Leader, Leadership, leader, observe
 from ._errors import (
     Error,
     FenceRefused,
@@ -32,6 +33,8 @@ __all__ = [
     "FenceRefused",
     "HeldLock",
     "Holder",
+    "Leader",
+    "Leadership",
     "Lease",
     "LeaseLost",
     "LeaseNotHeld",
@@ -50,10 +53,12 @@ __all__ = [
     "fence",
     "holders",
     "key",
+    "leader",
     "lease",
     "lease_check",
     "lock",
     "lock_all",
+    "observe",
     "session_lock",
     "try_lock",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -125,34 +126,22 @@ def parse_holders(detail: str | None) -> tuple[Holder, ...]:
 
 
 def as_lock_timeout(exc: BaseException) -> LockTimeout | None:
-    """The LockTimeout for a driver error that is (or wraps) SQLSTATE 55P03, else None.
-
-    Drivers differ: psycopg has .sqlstate and .diag.message_detail, asyncpg .sqlstate and
-    .detail, SQLAlchemy wraps either in .orig (its asyncpg adapter chains the original as
-    __cause__). Walk the chain instead of importing any of them."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
+    """The LockTimeout for a driver error that is (or wraps) SQLSTATE 55P03, else None (psycopg
+    has .diag.message_detail, asyncpg .detail)."""
     found: LockTimeout | None = None
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in chain(exc):
         if getattr(e, "sqlstate", None) == "55P03":
-            diag = getattr(e, "diag", None)
-            detail = getattr(diag, "message_detail", None) if diag is not None else getattr(e, "detail", None)
-            message = getattr(diag, "message_primary", None) if diag is not None else getattr(e, "message", None)
-            candidate = LockTimeout(str(message or e), detail if isinstance(detail, str) else None)
+            candidate = LockTimeout(*server_text(e))
             if candidate.detail:
                 return candidate
             found = found or candidate  # a wrapper without the DETAIL: keep looking for the original
-        orig = getattr(e, "orig", None)
-        todo += [orig if isinstance(orig, BaseException) else None, e.__cause__, e.__context__]
     return found
 
 
-def find_sqlstate(exc: BaseException, sqlstate: str) -> BaseException | None:
-    """The driver error with that SQLSTATE in exc's chain (SQLAlchemy's .orig, causes), or None."""
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """exc and every error behind it: drivers differ (psycopg and asyncpg raise their own,
+    SQLAlchemy wraps either in .orig, and its asyncpg adapter chains the original as
+    __cause__), so walk them all instead of importing any driver."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
     while todo:
@@ -160,11 +149,14 @@ def find_sqlstate(exc: BaseException, sqlstate: str) -> BaseException | None:
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
-        if getattr(e, "sqlstate", None) == sqlstate:
-            return e
+        yield e
         orig = getattr(e, "orig", None)
         todo += [orig if isinstance(orig, BaseException) else None, e.__cause__, e.__context__]
-    return None
+
+
+def find_sqlstate(exc: BaseException, sqlstate: str) -> BaseException | None:
+    """The driver error with that SQLSTATE in exc's chain, or None."""
+    return next((e for e in chain(exc) if getattr(e, "sqlstate", None) == sqlstate), None)
 
 
 def server_text(e: BaseException) -> tuple[str, str | None]:
