@@ -30,6 +30,12 @@ fresh() {
   cp "$repo/edition/advlock_sql.sql" "$d/edition/"
   cp "$repo/clients/python/pyproject.toml" "$d/clients/python/"
   cp -r "$repo/clients/python/src" "$d/clients/python/"
+  if compgen -G "$repo/clients/ruby/*.gemspec" >/dev/null; then   # the Ruby gem: gemspec + version.rb
+    mkdir -p "$d/clients/ruby/lib"
+    cp "$repo"/clients/ruby/*.gemspec "$d/clients/ruby/"
+    cp -r "$repo"/clients/ruby/lib/* "$d/clients/ruby/lib/"
+    sed -i "s/^\( *VERSION *= *\)[\"'][^\"']*[\"']/\1\"$version\"/" "$d"/clients/ruby/lib/*/version.rb
+  fi
   sed -i "0,/^version = /s/^version = .*/version = \"$version\"/" "$d/clients/python/pyproject.toml"
   sed -i "s/^__version__ = .*/__version__ = \"$version\"/" "$d/clients/python/src/advlock/__init__.py"
   [ ! -f "$d/clients/python/src/advlock/_version.py" ] ||
@@ -95,6 +101,13 @@ sed -i 's/^version = .*/dynamic = ["version"]/' "$d/clients/python/pyproject.tom
 check "a Python package with no version to read: refused" detected "$d" \
   "clients/python/pyproject.toml: no version found"
 
+if [ -d "$tmp/agree/clients/ruby" ]; then
+  d=$(fresh ruby)
+  sed -i "s/^\( *VERSION *= *\)[\"'][^\"']*[\"']/\1\"0.0.4\"/" "$d"/clients/ruby/lib/*/version.rb
+  check "Ruby gem 0.0.4 (lib/*/version.rb, the gemspec's source): refused" detected "$d" \
+    "/version.rb: 0.0.4, but the extension (Cargo.toml) is $version"
+fi
+
 d=$(fresh edition)
 sed -i "1s/^-- advlock [^,]*, SQL edition/-- advlock 0.0.9, SQL edition/" "$d/edition/advlock_sql.sql"
 check "SQL edition header 0.0.9: refused" detected "$d" "edition/advlock_sql.sql (its header): 0.0.9"
@@ -104,11 +117,11 @@ check "advlock_edition_version() 0.0.9: refused" detected "$d" "edition/advlock_
 
 d=$(fresh other-client)
 mkdir -p "$d/clients/node"; printf '{"name": "advlock", "version": "0.0.2"}\n' >"$d/clients/node/package.json"
-mkdir -p "$d/clients/ruby"; : >"$d/clients/ruby/advlock.gemspec"
+mkdir -p "$d/clients/elixir"; : >"$d/clients/elixir/mix.exs"
 check "another client (package.json 0.0.2) and one without a version readable: refused" detected "$d" \
   "clients/node/package.json: 0.0.2, but the extension"
 check "... the client without a readable version is named" bash -c \
-  "python3 '$d/scripts/versions.py' '$d' | grep -qF 'clients/ruby: no version found'"
+  "python3 '$d/scripts/versions.py' '$d' | grep -qF 'clients/elixir: no version found'"
 
 echo "versions $passed $failed" >>"$summary"
 echo "versions: $passed checks passed, $failed failed"
