@@ -98,7 +98,7 @@ class Runner {
       const prefix = await prefixFor(s, "pjs-pool", this.schema);
       if (waitMs === undefined) return pjsRun(s, qualify(sql, prefix), args, signal);
       // A statement still queued for a connection at the deadline is cancelled (removed from the queue).
-      const timeout = AbortSignal.timeout(Math.max(1, waitMs));
+      const timeout = AbortSignal.timeout(Math.max(1, Math.ceil(waitMs)));
       return pjsRun(s, qualify(sql, prefix), args, signal ? AbortSignal.any([signal, timeout]) : timeout);
     }
     const pool = this.source as PgPoolLike;
