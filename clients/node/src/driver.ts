@@ -94,10 +94,14 @@ export function pgCancel(pgClient: PgClientLike): Promise<void> {
   });
 }
 
+/** `run`, cancelled on the server when `signal` aborts. A statement that completed anyway is
+ * rejected with the abort reason too, unless `resultWins` (the caller must then undo what it got,
+ * e.g. release a lease granted as the abort arrived). */
 async function withAbort<T>(
   run: Promise<T>,
   cancel: () => Promise<unknown>,
   signal: AbortSignal | undefined,
+  resultWins = false,
 ): Promise<T> {
   if (!signal) return run;
   let cancelling: Promise<unknown> | undefined;
@@ -120,22 +124,22 @@ async function withAbort<T>(
   if (cancelling) {
     await cancelling; // the cancel may still land: wait until the server has taken it
   }
-  if (signal.aborted) throw signal.reason;
+  if (signal.aborted && !resultWins) throw signal.reason;
   return result;
 }
 
-export async function pgRun(client: PgClientLike, text: string, values: unknown[], signal?: AbortSignal): Promise<Row[]> {
+export async function pgRun(client: PgClientLike, text: string, values: unknown[], signal?: AbortSignal, resultWins = false): Promise<Row[]> {
   signal?.throwIfAborted();
   const run = client.query({ text, values, rowMode: "array" });
-  const result = await withAbort(run, () => pgCancel(client), signal);
+  const result = await withAbort(run, () => pgCancel(client), signal, resultWins);
   return result.rows as Row[];
 }
 
-export async function pjsRun(sql: PostgresJsLike, text: string, values: unknown[], signal?: AbortSignal): Promise<Row[]> {
+export async function pjsRun(sql: PostgresJsLike, text: string, values: unknown[], signal?: AbortSignal, resultWins = false): Promise<Row[]> {
   signal?.throwIfAborted();
   const q = (sql.unsafe(text, values as never[]) as PjsQuery).values();
   q.execute();
-  const rows = await withAbort(q, async () => q.cancel(), signal);
+  const rows = await withAbort(q, async () => q.cancel(), signal, resultWins);
   return rows as Row[];
 }
 

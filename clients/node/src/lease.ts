@@ -92,11 +92,11 @@ class Runner {
 
   /** One statement; `waitMs` bounds how long it may wait for a pooled connection (the borrowed
    * connection is given back unused if it comes later). */
-  async query(sql: string, args: unknown[], signal?: AbortSignal, waitMs?: number): Promise<Row[]> {
+  async query(sql: string, args: unknown[], signal?: AbortSignal, waitMs?: number, resultWins = false): Promise<Row[]> {
     if (!this.pg) {
       const s = this.source as PostgresJsLike;
       const prefix = await prefixFor(s, "pjs-pool", this.schema);
-      if (waitMs === undefined) return pjsRun(s, qualify(sql, prefix), args, signal);
+      if (waitMs === undefined) return pjsRun(s, qualify(sql, prefix), args, signal, resultWins);
       // A statement still queued for a connection at the deadline is cancelled (removed from the queue).
       const timeout = AbortSignal.timeout(Math.max(1, Math.ceil(waitMs)));
       return pjsRun(s, qualify(sql, prefix), args, signal ? AbortSignal.any([signal, timeout]) : timeout);
@@ -121,7 +121,7 @@ class Runner {
     let broken: Error | undefined;
     try {
       const prefix = await prefixFor(client, "pg-client", this.schema);
-      return await pgRun(client, qualify(sql, prefix), args, signal);
+      return await pgRun(client, qualify(sql, prefix), args, signal, resultWins);
     } catch (e) {
       const code = sqlstate(e) ?? "";
       if (code.startsWith("08") || code === "57P01" || signal?.aborted) broken = e as Error;
@@ -251,10 +251,15 @@ export async function lease<T>(
   let token: bigint | null;
   try {
     const granted = (rows: Row[]): bigint | null => (rows[0]?.[0] === null || rows[0]?.[0] === undefined ? null : toBigInt(rows[0][0]));
-    token = granted(await runner.query(ACQUIRE, [ns, idt, ttlMs, 0, slots], signal));
-    if (token === null && timeoutMs > 0) {
+    // A lease granted as the caller's signal aborts is released, not left to its TTL.
+    token = granted(await runner.query(ACQUIRE, [ns, idt, ttlMs, 0, slots], signal, undefined, true));
+    if (token === null && timeoutMs > 0 && !signal?.aborted) {
       sentAt = performance.now();
-      token = granted(await runner.query(WAIT, [state.key.toString(), ttlMs, timeoutMs, slots], signal));
+      token = granted(await runner.query(WAIT, [state.key.toString(), ttlMs, timeoutMs, slots], signal, undefined, true));
+    }
+    if (signal?.aborted) {
+      if (token !== null) await runner.query(RELEASE, [token.toString()]);
+      throw signal.reason;
     }
     if (token === null) {
       const rows = await runner.query(WHO, [state.key.toString()]);
