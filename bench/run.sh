@@ -89,7 +89,7 @@ instance_start "$work" "$port" "${conf[@]}" || { echo "bench: could not start Po
 pkglib=$("$PG_CONFIG" --pkglibdir)
 mkdir -p "$work/lib"
 cp "$pkglib/advlock.so" "$work/lib/advlock.so" && chmod 755 "$work/lib" "$work/lib/advlock.so"
-if [ $quick = 0 ] && [ $install = 1 ] && ! cmp -s "$work/lib/advlock.so" "$repo/target/release/libadvlock.so"; then
+if [ $quick = 0 ] && [ $install = 1 ] && ! cmp -s "$work/lib/advlock.so" "${CARGO_TARGET_DIR:-$repo/target}/release/libadvlock.so"; then
   echo "bench: the installed advlock.so is not the release build just made (reinstalled meanwhile?); rerun" >&2
   exit 1
 fi

@@ -16,6 +16,10 @@
 --     to the extension from now on. The extension's fencing-token counter continues from the
 --     edition's (setval on the extension's sequence: where the edition has issued tokens, a
 --     role that may do that -- a superuser -- must run the move).
+--     The fences (advlock_fences) move too: the edition's table is set aside, and its rows are
+--     copied into the extension's table (owned by the role running the move, who must own the
+--     edition's table or be a superuser); privileges granted on the edition's table are not
+--     carried over (the extension's are its defaults).
 --  4. Lists, as NOTICEs, the objects still bound to advlock_edition_key, to be rebound when
 --     convenient (docs/sql-edition.md, "Moving to the extension"); then advlock_edition_key and its two
 --     helpers can be dropped.
@@ -27,6 +31,7 @@ DECLARE
     sig text;
     r record;
     last_token bigint;
+    fences boolean := false;
 BEGIN
     IF pg_catalog.to_regprocedure(s || '.advlock_edition_version()') IS NULL THEN
         RAISE EXCEPTION 'the advlock SQL edition is not installed in schema %', s
@@ -35,6 +40,14 @@ BEGIN
     FOREACH sig IN ARRAY ARRAY['text, text', 'text, bigint', 'text'] LOOP
         EXECUTE pg_catalog.format('ALTER FUNCTION %s.advlock_key(%s) RENAME TO advlock_edition_key', s, sig);
     END LOOP;
+    -- The fences' table, set aside with its rows: its guard trigger calls an edition function
+    -- (dropped below), and its name and its primary key's are the extension's.
+    IF pg_catalog.to_regclass(s || '.advlock_fences') IS NOT NULL THEN
+        EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS advlock_fences_guard ON %s.advlock_fences', s);
+        EXECUTE pg_catalog.format('ALTER TABLE %s.advlock_fences RENAME CONSTRAINT advlock_fences_pkey TO advlock_edition_fences_pkey', s);
+        EXECUTE pg_catalog.format('ALTER TABLE %s.advlock_fences RENAME TO advlock_edition_fences', s);
+        fences := true;
+    END IF;
     -- The holders functions first (they depend on the view), then the views, then the rest.
     EXECUTE pg_catalog.format('DROP FUNCTION %s.advlock_terminate_idle_holders(interval, boolean)', s);
     EXECUTE pg_catalog.format('DROP FUNCTION %s.advlock_idle_holders(interval)', s);
@@ -66,6 +79,11 @@ BEGIN
         EXECUTE pg_catalog.format('DROP SEQUENCE %s.advlock_token_seq', s);
     END IF;
     EXECUTE pg_catalog.format('CREATE EXTENSION advlock SCHEMA %s', s);
+    IF fences THEN
+        EXECUTE pg_catalog.format('INSERT INTO %1$s.advlock_fences (key, token, ns, id, passed_at, passed_by) '
+                                  'SELECT f.key, f.token, f.ns, f.id, f.passed_at, f.passed_by FROM %1$s.advlock_edition_fences f', s);
+        EXECUTE pg_catalog.format('DROP TABLE %s.advlock_edition_fences', s);
+    END IF;
     IF last_token IS NOT NULL THEN
         BEGIN
             PERFORM pg_catalog.setval(pg_catalog.format('%s.advlock_token_seq', s)::pg_catalog.regclass, last_token, true);

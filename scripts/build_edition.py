@@ -9,6 +9,7 @@ PRELOAD_ONLY = ("advlock_stats", "advlock_stats_info", "advlock_stats_reset",
                 # leases and semaphores: shared memory (pg_test/edition/extension_only.txt)
                 "advlock_lease", "advlock_lease_renew", "advlock_lease_release",
                 "advlock_lease_entries", "advlock_lease_stats", "advlock_leases",
+                "advlock_lease_check", "advlock_lease_expiry",
                 # the lock table's use: the lock manager's shared memory (extension_only.txt)
                 "advlock_lock_table_entries", "advlock_lock_table")
 
@@ -52,11 +53,12 @@ def replaceable(path):
     return sql
 
 holders = replaceable("sql/holders.sql")
+fence = replaceable("sql/fence.sql")
 metrics = replaceable("sql/metrics.sql")
 
 comments = []
 for stmt in statements(read("sql/comments.sql")):
-    m = re.search(r"COMMENT ON (?:FUNCTION|VIEW|SEQUENCE) @extschema@\.(\w+)", stmt)
+    m = re.search(r"COMMENT ON (?:FUNCTION|VIEW|SEQUENCE|TABLE) @extschema@\.(\w+)", stmt)
     if not m:
         continue
     if m.group(1) in PRELOAD_ONLY:
@@ -100,6 +102,8 @@ sys.stdout.write(piece("edition/src/metrics.sql", read("edition/src/metrics.sql"
 sys.stdout.write(piece("sql/metrics.sql (the extension's, CREATE OR REPLACE)", metrics))
 sys.stdout.write(piece("edition/src/key_sets.sql", read("edition/src/key_sets.sql")))
 sys.stdout.write(piece("edition/src/tokens.sql", read("edition/src/tokens.sql")))
+sys.stdout.write(piece("sql/fence.sql (the extension's, CREATE OR REPLACE)", fence))
+sys.stdout.write(piece("edition/src/fence_table.sql", read("edition/src/fence_table.sql")))
 edition_comments = read("edition/src/comments.sql").replace("@VERSION@", version)
 sys.stdout.write(piece("edition/src/comments.sql", edition_comments))
 sys.stdout.write(piece("sql/comments.sql (the extension's, minus preload-only objects)", "".join(comments)))

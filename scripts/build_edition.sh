@@ -3,8 +3,10 @@
 # the extension, so the two cannot drift (the build itself: scripts/build_edition.py):
 #   edition/src/keys.sql, acquisition.sql, holders_support.sql, metrics.sql, key_sets.sql,
 #   tokens.sql            PL/pgSQL for what the extension does in Rust
-#   sql/holders.sql, sql/metrics.sql   the extension's own views and helpers, unchanged
-#                         except CREATE -> CREATE OR REPLACE (re-running upgrades in place)
+#   edition/src/fence_table.sql  the table of fences (advlock_fences)
+#   sql/holders.sql, sql/metrics.sql, sql/fence.sql   the extension's own views, helpers and
+#                         fence functions, unchanged except CREATE -> CREATE OR REPLACE
+#                         (re-running upgrades in place)
 #   sql/comments.sql      the extension's descriptions, minus those of preload-only objects
 #   edition/src/comments.sql  descriptions of the edition's own helpers (advlock_edition_*)
 # Every piece runs as one EXECUTE with @extschema@ replaced by the schema the script is

@@ -8,9 +8,13 @@
 #   (ascii)      scripts/lint_ascii.py: no non-ASCII character in a Rust string or char literal
 #                under src/, in the SQL scripts sql/*.sql, the SQL edition or advlock.control
 #                (PostgreSQL reads scripts and messages in the database's encoding)
-# The shellcheck tool is a Debian package and ruff is pinned in pg_test/requirements-tools.txt, both
-# installed by scripts/setup.sh. Prints "lint: N passed, M failed" and writes "lint N M" to
-# $ADVLOCK_SUMMARY. Usage: scripts/lint.sh [rustfmt clippy shellcheck ruff ascii]   (default: all)
+#   (versions)   scripts/versions.py: the extension, the SQL edition and every client carry one version
+#   (actionlint) the GitHub Actions workflows (.github/workflows/*.yml), with ShellCheck on their
+#                `run:` steps
+# The shellcheck tool is a Debian package; ruff and actionlint are pinned in
+# pg_test/requirements-tools.txt, all installed by scripts/setup.sh. Prints "lint: N passed, M failed"
+# and writes "lint N M" to $ADVLOCK_SUMMARY.
+# Usage: scripts/lint.sh [rustfmt clippy shellcheck ruff ascii versions actionlint]   (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
@@ -20,7 +24,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 major=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
 venv=${ADVLOCK_VENV:-$repo/pg_test/.venv}
 summary=${ADVLOCK_SUMMARY:-/dev/null}
-checks=("$@"); [ ${#checks[@]} -gt 0 ] || checks=(rustfmt clippy shellcheck ruff ascii)
+checks=("$@"); [ ${#checks[@]} -gt 0 ] || checks=(rustfmt clippy shellcheck ruff ascii versions actionlint)
 
 passed=0 failed=0
 lint() { # name command...
@@ -38,6 +42,8 @@ for check in "${checks[@]}"; do
     shellcheck) lint shellcheck shell_scripts ;;
     ruff)       lint ruff "$venv/bin/ruff" check --no-cache bench pg_test docs scripts monitoring ;;
     ascii)      lint ascii python3 "$here/lint_ascii.py" ;;
+    versions)   lint versions python3 "$here/versions.py" ;;
+    actionlint) lint actionlint "$venv/bin/actionlint" -shellcheck="$(command -v shellcheck)" ;;
     *) echo "lint: unknown check $check"; failed=$((failed + 1)) ;;
   esac
 done

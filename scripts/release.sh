@@ -8,9 +8,12 @@
 #   SHA256SUMS, SHA256SUMS.asc                       checksums of the files above, signed
 #   apt/                                             the signed apt repository (scripts/apt-repo.sh):
 #                                                    upload it as is to the repository's URL
+# Refuses to start (exit 1, nothing written) unless scripts/versions.py finds one version in
+# Cargo.toml, the SQL edition and every client.
 # Usage: scripts/release.sh [OUTDIR]
 # Environment:
 #   ADVLOCK_SIGNING_KEY (required), ADVLOCK_SIGNING_PASSPHRASE_FILE, ADVLOCK_APT_SUITE: see apt-repo.sh
+#   ADVLOCK_RELEASE_VERSION the version (or tag, v0.5.0) being released: refused unless it is the version
 #   ADVLOCK_RELEASE_MAJORS  the majors to release (default: every supported major; all must build)
 #   ADVLOCK_RELEASE_PREBUILT=1  take the packages already in target/packages (the test command
 #                           has just built them) instead of running scripts/package.sh
@@ -22,8 +25,13 @@ cd "$repo"
 . "$here/majors.sh"
 log() { printf '\033[1m[release]\033[0m %s\n' "$*"; }
 [ -n "${ADVLOCK_SIGNING_KEY:-}" ] || { echo "release: set ADVLOCK_SIGNING_KEY to the signing key (a secret key file or a key id)" >&2; exit 1; }
+# One version for the extension, the SQL edition and every client, or no release.
+python3 "$here/versions.py" >&2 || { echo "release: the versions differ (above): nothing was built" >&2; exit 1; }
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+if [ -n "${ADVLOCK_RELEASE_VERSION:-}" ] && [ "${ADVLOCK_RELEASE_VERSION#v}" != "$version" ]; then
+  echo "release: asked to release ${ADVLOCK_RELEASE_VERSION}, but the version is $version: nothing was built" >&2; exit 1
+fi
 read -r -a majors <<<"${ADVLOCK_RELEASE_MAJORS:-${ADVLOCK_MAJORS[*]}}"
 default_out="$repo/target/dist/advlock-$version"
 out=${1:-$default_out}

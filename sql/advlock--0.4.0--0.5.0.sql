@@ -1,9 +1,372 @@
 -- advlock 0.4.0 -> 0.5.0. The objects of a fresh 0.5.0 install, reached from 0.4.0
 -- (pg_test/upgrade compares the two catalog by catalog).
 --
+-- New: fences in the database (docs/fences.md): advlock_fence and advlock_fence_reset (three key
+-- forms each, PL/pgSQL of sql/fence.sql), the table advlock_fences with its guard trigger and
+-- its rows in pg_dump (sql/fence_table.sql); advlock_lease_check (sql/lease_check.sql) and its
+-- feed advlock_lease_expiry.
 -- The generated section and the comments after it are written by scripts/upgrade_sections.py 0.5.0.
 
 -- <generated: new objects>
+-- advlock::leases::advlock_lease_expiry
+CREATE  FUNCTION "advlock_lease_expiry"(
+	"lease" bigint, /* Option < i64 > */
+	"caller" text DEFAULT 'advlock_lease_expiry' /* Option < ServerText > */
+) RETURNS timestamp with time zone /* Option < TimestampWithTimeZone > */
+VOLATILE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'advlock_lease_expiry_wrapper';
+
+-- Fences in the database (docs/fences.md): a writer calls advlock_fence(key, token) in its
+-- write transaction; the call raises LK001 when a larger token has already passed that fence,
+-- and otherwise records the token in advlock_fences (sql/fence_table.sql). The row is written
+-- and locked by the writer's own transaction: the check commits or rolls back with the write,
+-- and a second writer's call waits for the first one's transaction to end, then decides on the
+-- token that committed.
+--
+-- Shared with the SQL edition as written (scripts/build_edition.py): plain PL/pgSQL. The same
+-- conventions as holders.sql for the extension script: every reference schema-qualified,
+-- operators included; no SECURITY DEFINER: the caller's own privileges on advlock_fences decide
+-- who may pass (INSERT, UPDATE) and reset (DELETE) a fence. advlock_fence has no SET clause:
+-- it is on every fenced write's path, and a function-level setting costs a GUC save and restore
+-- per call; every name in it is qualified instead (pg_test/reliability/test_security.py calls
+-- it under hostile search_paths).
+
+-- The three forms share one body, written out for each: the checks run only when an argument
+-- is missing or out of range, the refusal only when the upsert changed nothing.
+CREATE FUNCTION @extschema@.advlock_fence(key pg_catalog.int8, token pg_catalog.int8)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+    passed record;
+BEGIN
+    IF key IS NULL OR token IS NULL OR token OPERATOR(pg_catalog.<) 1 THEN
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'argument "key" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF token IS NULL THEN
+            RAISE EXCEPTION 'argument "token" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass this writer''s fencing token: the lease id advlock_lease returned, or the token of advlock_try_with_token.';
+        ELSE
+            RAISE EXCEPTION 'argument "token" of advlock_fence must be positive: %', token
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'advlock''s fencing tokens (lease ids, advlock_try_with_token) are positive; so must be a token of your own.';
+        END IF;
+    END IF;
+    INSERT INTO @extschema@.advlock_fences AS f (key, token)
+         VALUES (advlock_fence.key, advlock_fence.token)
+    ON CONFLICT ON CONSTRAINT advlock_fences_pkey DO UPDATE
+           SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by
+         WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;
+    IF NOT FOUND THEN
+        -- Refused: the row is locked by the upsert above (ON CONFLICT DO UPDATE locks the
+        -- conflicting row even when its WHERE is false), so this reads the token that refused it.
+        SELECT f.token, f.passed_at, f.passed_by INTO passed
+          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) advlock_fence.key;
+        RAISE EXCEPTION 'fence of % refused token %: token % has passed it',
+                        'key ' OPERATOR(pg_catalog.||) advlock_fence.key,
+                        advlock_fence.token, passed.token
+            USING ERRCODE = 'LK001',
+                  DETAIL = pg_catalog.format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
+                                             passed.token, passed.passed_at, passed.passed_by),
+                  HINT = 'A newer holder has taken over this lock or lease: roll back and stop writing; take the lock again (a new token) before writing again.';
+    END IF;
+END
+$fn$;
+
+CREATE FUNCTION @extschema@.advlock_fence(ns pg_catalog.text, id pg_catalog.text, token pg_catalog.int8)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+    passed record;
+BEGIN
+    IF ns IS NULL OR ns OPERATOR(pg_catalog.=) '' OR id IS NULL OR token IS NULL OR token OPERATOR(pg_catalog.<) 1 THEN
+        IF ns IS NULL THEN
+            RAISE EXCEPTION 'argument "ns" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF ns OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION 'argument "ns" of advlock_fence must not be empty'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Name the feature the lock belongs to, e.g. advlock_key(''billing'', 42): the namespace keeps features from colliding.';
+        ELSIF id IS NULL THEN
+            RAISE EXCEPTION 'argument "id" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF token IS NULL THEN
+            RAISE EXCEPTION 'argument "token" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass this writer''s fencing token: the lease id advlock_lease returned, or the token of advlock_try_with_token.';
+        ELSE
+            RAISE EXCEPTION 'argument "token" of advlock_fence must be positive: %', token
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'advlock''s fencing tokens (lease ids, advlock_try_with_token) are positive; so must be a token of your own.';
+        END IF;
+    END IF;
+    INSERT INTO @extschema@.advlock_fences AS f (key, token, ns, id)
+         VALUES (@extschema@.advlock_key(advlock_fence.ns, advlock_fence.id), advlock_fence.token, advlock_fence.ns, advlock_fence.id)
+    ON CONFLICT ON CONSTRAINT advlock_fences_pkey DO UPDATE
+           SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by
+         WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;
+    IF NOT FOUND THEN
+        -- Refused: the row is locked by the upsert above (ON CONFLICT DO UPDATE locks the
+        -- conflicting row even when its WHERE is false), so this reads the token that refused it.
+        SELECT f.token, f.passed_at, f.passed_by INTO passed
+          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) @extschema@.advlock_key(advlock_fence.ns, advlock_fence.id);
+        RAISE EXCEPTION 'fence of % refused token %: token % has passed it',
+                        'key ' OPERATOR(pg_catalog.||) @extschema@.advlock_key(advlock_fence.ns, advlock_fence.id) OPERATOR(pg_catalog.||) ' = advlock_key(''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence.ns, '''', '''''')
+                      OPERATOR(pg_catalog.||) ''', ' OPERATOR(pg_catalog.||) '''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence.id, '''', '''''') OPERATOR(pg_catalog.||) '''' OPERATOR(pg_catalog.||) ')',
+                        advlock_fence.token, passed.token
+            USING ERRCODE = 'LK001',
+                  DETAIL = pg_catalog.format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
+                                             passed.token, passed.passed_at, passed.passed_by),
+                  HINT = 'A newer holder has taken over this lock or lease: roll back and stop writing; take the lock again (a new token) before writing again.';
+    END IF;
+END
+$fn$;
+
+CREATE FUNCTION @extschema@.advlock_fence(ns pg_catalog.text, id pg_catalog.int8, token pg_catalog.int8)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+    passed record;
+BEGIN
+    IF ns IS NULL OR ns OPERATOR(pg_catalog.=) '' OR id IS NULL OR token IS NULL OR token OPERATOR(pg_catalog.<) 1 THEN
+        IF ns IS NULL THEN
+            RAISE EXCEPTION 'argument "ns" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF ns OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION 'argument "ns" of advlock_fence must not be empty'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Name the feature the lock belongs to, e.g. advlock_key(''billing'', 42): the namespace keeps features from colliding.';
+        ELSIF id IS NULL THEN
+            RAISE EXCEPTION 'argument "id" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF token IS NULL THEN
+            RAISE EXCEPTION 'argument "token" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass this writer''s fencing token: the lease id advlock_lease returned, or the token of advlock_try_with_token.';
+        ELSE
+            RAISE EXCEPTION 'argument "token" of advlock_fence must be positive: %', token
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'advlock''s fencing tokens (lease ids, advlock_try_with_token) are positive; so must be a token of your own.';
+        END IF;
+    END IF;
+    INSERT INTO @extschema@.advlock_fences AS f (key, token, ns, id)
+         VALUES (@extschema@.advlock_key(advlock_fence.ns, advlock_fence.id), advlock_fence.token, advlock_fence.ns, advlock_fence.id::pg_catalog.text)
+    ON CONFLICT ON CONSTRAINT advlock_fences_pkey DO UPDATE
+           SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by
+         WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;
+    IF NOT FOUND THEN
+        -- Refused: the row is locked by the upsert above (ON CONFLICT DO UPDATE locks the
+        -- conflicting row even when its WHERE is false), so this reads the token that refused it.
+        SELECT f.token, f.passed_at, f.passed_by INTO passed
+          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) @extschema@.advlock_key(advlock_fence.ns, advlock_fence.id);
+        RAISE EXCEPTION 'fence of % refused token %: token % has passed it',
+                        'key ' OPERATOR(pg_catalog.||) @extschema@.advlock_key(advlock_fence.ns, advlock_fence.id) OPERATOR(pg_catalog.||) ' = advlock_key(''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence.ns, '''', '''''')
+                      OPERATOR(pg_catalog.||) ''', ' OPERATOR(pg_catalog.||) advlock_fence.id::pg_catalog.text OPERATOR(pg_catalog.||) ')',
+                        advlock_fence.token, passed.token
+            USING ERRCODE = 'LK001',
+                  DETAIL = pg_catalog.format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
+                                             passed.token, passed.passed_at, passed.passed_by),
+                  HINT = 'A newer holder has taken over this lock or lease: roll back and stop writing; take the lock again (a new token) before writing again.';
+    END IF;
+END
+$fn$;
+
+-- Forgets a fence (its row): the next advlock_fence on the key passes with any token. Needs
+-- DELETE on advlock_fences: its owner (the role that installed advlock) and superusers have
+-- it, and may grant it. Returns the token the fence had, or NULL when there was none.
+CREATE FUNCTION @extschema@.advlock_fence_reset(key pg_catalog.int8)
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    had bigint;
+    k bigint;
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'argument "key" of advlock_fence_reset must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would reset nothing: pass a value for every part of the key.';
+    END IF;
+    k := key;
+    IF NOT has_table_privilege('@extschema@.advlock_fences'::regclass, 'DELETE') THEN
+        RAISE EXCEPTION 'permission denied to reset the fence of %', 'key ' || k
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('advlock_fence_reset needs DELETE on advlock_fences, which role %s does not have.',
+                                  quote_ident(current_user)),
+                  HINT = format('Ask the owner of advlock_fences (role %s) or a superuser to reset it, or to run: GRANT DELETE ON advlock_fences TO %s;',
+                                quote_ident((SELECT r.rolname FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
+                                              WHERE c.oid = '@extschema@.advlock_fences'::regclass)),
+                                quote_ident(current_user));
+    END IF;
+    DELETE FROM @extschema@.advlock_fences f WHERE f.key = k RETURNING f.token INTO had;
+    RETURN had;
+END
+$fn$;
+
+CREATE FUNCTION @extschema@.advlock_fence_reset(ns pg_catalog.text, id pg_catalog.text)
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    had bigint;
+    k bigint;
+BEGIN
+    IF ns IS NULL THEN
+        RAISE EXCEPTION 'argument "ns" of advlock_fence_reset must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would reset nothing: pass a value for every part of the key.';
+    ELSIF ns = '' THEN
+        RAISE EXCEPTION 'argument "ns" of advlock_fence_reset must not be empty'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Name the feature the lock belongs to, e.g. advlock_key(''billing'', 42): the namespace keeps features from colliding.';
+    ELSIF id IS NULL THEN
+        RAISE EXCEPTION 'argument "id" of advlock_fence_reset must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would reset nothing: pass a value for every part of the key.';
+    END IF;
+    k := @extschema@.advlock_key(ns, id);
+    IF NOT has_table_privilege('@extschema@.advlock_fences'::regclass, 'DELETE') THEN
+        RAISE EXCEPTION 'permission denied to reset the fence of %', 'key ' || k || ' = advlock_key(''' || replace(ns, '''', '''''') || ''', ' || '''' || replace(id, '''', '''''') || '''' || ')'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('advlock_fence_reset needs DELETE on advlock_fences, which role %s does not have.',
+                                  quote_ident(current_user)),
+                  HINT = format('Ask the owner of advlock_fences (role %s) or a superuser to reset it, or to run: GRANT DELETE ON advlock_fences TO %s;',
+                                quote_ident((SELECT r.rolname FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
+                                              WHERE c.oid = '@extschema@.advlock_fences'::regclass)),
+                                quote_ident(current_user));
+    END IF;
+    DELETE FROM @extschema@.advlock_fences f WHERE f.key = k RETURNING f.token INTO had;
+    RETURN had;
+END
+$fn$;
+
+CREATE FUNCTION @extschema@.advlock_fence_reset(ns pg_catalog.text, id pg_catalog.int8)
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    had bigint;
+    k bigint;
+BEGIN
+    IF ns IS NULL THEN
+        RAISE EXCEPTION 'argument "ns" of advlock_fence_reset must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would reset nothing: pass a value for every part of the key.';
+    ELSIF ns = '' THEN
+        RAISE EXCEPTION 'argument "ns" of advlock_fence_reset must not be empty'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Name the feature the lock belongs to, e.g. advlock_key(''billing'', 42): the namespace keeps features from colliding.';
+    ELSIF id IS NULL THEN
+        RAISE EXCEPTION 'argument "id" of advlock_fence_reset must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would reset nothing: pass a value for every part of the key.';
+    END IF;
+    k := @extschema@.advlock_key(ns, id);
+    IF NOT has_table_privilege('@extschema@.advlock_fences'::regclass, 'DELETE') THEN
+        RAISE EXCEPTION 'permission denied to reset the fence of %', 'key ' || k || ' = advlock_key(''' || replace(ns, '''', '''''') || ''', ' || id::text || ')'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('advlock_fence_reset needs DELETE on advlock_fences, which role %s does not have.',
+                                  quote_ident(current_user)),
+                  HINT = format('Ask the owner of advlock_fences (role %s) or a superuser to reset it, or to run: GRANT DELETE ON advlock_fences TO %s;',
+                                quote_ident((SELECT r.rolname FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
+                                              WHERE c.oid = '@extschema@.advlock_fences'::regclass)),
+                                quote_ident(current_user));
+    END IF;
+    DELETE FROM @extschema@.advlock_fences f WHERE f.key = k RETURNING f.token INTO had;
+    RETURN had;
+END
+$fn$;
+
+-- The table's guard (BEFORE UPDATE, sql/fence_table.sql), fired only when an UPDATE would
+-- lower a token or move a row to another key: what advlock_fence never does, but a role with
+-- UPDATE on the table could try. Forgetting a fence is a DELETE (advlock_fence_reset).
+CREATE FUNCTION @extschema@.advlock_fence_guard()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NEW.token < OLD.token THEN
+        RAISE EXCEPTION 'fence of key % refused token %: token % has passed it', OLD.key, NEW.token, OLD.token
+            USING ERRCODE = 'LK001',
+                  DETAIL = 'The token of a fence only grows.',
+                  HINT = 'advlock_fence_reset forgets a fence (it needs DELETE on advlock_fences).';
+    END IF;
+    RAISE EXCEPTION 'the fence of key % cannot move to key %', OLD.key, NEW.key
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'Reset the fence (advlock_fence_reset) and pass the other key''s with advlock_fence.';
+END
+$fn$;
+
+-- advlock_fences: one row per fence (docs/fences.md), written by advlock_fence (sql/fence.sql).
+-- The extension's; the SQL edition creates the same table in edition/src/fence_table.sql.
+--
+-- Who may do what, by the table's own privileges (no SECURITY DEFINER):
+--  * pass a fence (advlock_fence): INSERT on key, token, ns, id and UPDATE on token, passed_at,
+--    passed_by -- granted to PUBLIC, as every advlock function is; REVOKE them and grant them to
+--    the writer roles to restrict it. passed_at and passed_by are filled by their defaults (the
+--    statement's start, the current role): PUBLIC cannot insert other values (a role that
+--    updates the table by hand can write others there: they are information, not the fence).
+--    The guard trigger refuses an update that lowers a token or changes the key: that is a
+--    reset, for those who may reset. (It checks nothing else: each condition of its WHEN is
+--    evaluated on every pass of every fence -- comparing passed_by with the current role alone
+--    cost a third of the upsert in bench case 11.)
+--  * reset a fence (advlock_fence_reset): DELETE, which only the owner has -- the role that ran
+--    CREATE EXTENSION (@extowner@: in a trusted install the database owner, not the bootstrap
+--    superuser the script runs as) -- and superusers; they may grant it;
+--  * read: everyone (SELECT to PUBLIC), like advlock_holders.
+-- Its rows are part of pg_dump's output (pg_extension_config_dump), so a restored database
+-- keeps its fences (and advlock_token_seq its position); a restore inserts them as the owner,
+-- which has every column.
+
+CREATE TABLE @extschema@.advlock_fences (
+    key       pg_catalog.int8 NOT NULL,
+    token     pg_catalog.int8 NOT NULL,
+    ns        pg_catalog.text,
+    id        pg_catalog.text,
+    passed_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.statement_timestamp(),
+    passed_by pg_catalog.text NOT NULL DEFAULT CURRENT_USER,
+    CONSTRAINT advlock_fences_pkey PRIMARY KEY (key)
+);
+
+CREATE TRIGGER advlock_fences_guard BEFORE UPDATE ON @extschema@.advlock_fences FOR EACH ROW
+    WHEN (NEW.token OPERATOR(pg_catalog.<) OLD.token OR NEW.key OPERATOR(pg_catalog.<>) OLD.key)
+    EXECUTE FUNCTION @extschema@.advlock_fence_guard();
+
+ALTER TABLE @extschema@.advlock_fences OWNER TO @extowner@;
+GRANT SELECT, INSERT (key, token, ns, id), UPDATE (token, passed_at, passed_by)
+   ON @extschema@.advlock_fences TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.advlock_fences', '');
+
+-- advlock_lease_check: raises LK002 when a lease is no longer held, for a writer to call in its
+-- write transaction (docs/fences.md); returns the lease's expiry otherwise. PL/pgSQL around the
+-- Rust feed advlock_lease_expiry (src/leases.rs), for the SQLSTATE of advlock's own class LK,
+-- which pgrx cannot raise. Extension only (the SQL edition has no leases). Same conventions as
+-- holders.sql: schema-qualified, no SECURITY DEFINER.
+
+CREATE FUNCTION @extschema@.advlock_lease_check(lease pg_catalog.int8)
+RETURNS pg_catalog.timestamptz
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    expires timestamptz;
+BEGIN
+    IF lease IS NULL THEN
+        RAISE EXCEPTION 'argument "lease" of advlock_lease_check must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Pass the lease id advlock_lease returned.';
+    END IF;
+    expires := @extschema@.advlock_lease_expiry(lease, 'advlock_lease_check');
+    IF expires IS NULL THEN
+        RAISE EXCEPTION 'lease % is not held', lease
+            USING ERRCODE = 'LK002',
+                  DETAIL = 'No lease with this id is held in this database: it was released, or it expired and was taken over, or a restart ended it (or it was never taken here).',
+                  HINT = 'Roll back and stop writing: another holder may have the key now. Take a new lease to go on.';
+    END IF;
+    IF expires <= clock_timestamp() THEN
+        RAISE EXCEPTION 'lease % is not held', lease
+            USING ERRCODE = 'LK002',
+                  DETAIL = format('It expired at %s: it was not renewed within its TTL.', expires),
+                  HINT = 'Roll back and stop writing: another holder may have the key now. Take a new lease to go on.';
+    END IF;
+    RETURN expires;
+END
+$fn$;
+
 COMMENT ON VIEW @extschema@.advlock_holders IS
   'advlock: advisory locks in this database, holders and waiters, with their backends';
 COMMENT ON VIEW @extschema@.advlock_stats IS
@@ -109,7 +472,7 @@ COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.text, pg_catalog.int8
 COMMENT ON FUNCTION @extschema@.advlock_idle_threshold(pg_catalog.interval) IS
   'advlock: the idle threshold in effect: older_than, or the advlock.idle_threshold setting when NULL; rejects a negative interval';
 COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
-  'advlock (internal, feeds the advlock_holders view; may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since)';
+  'advlock (internal, may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since), one row per lock entry; the 0.3.0 feed, kept for the SQL edition''s metrics and the benchmarks (advlock_holders reads advlock_holder_entries)';
 COMMENT ON FUNCTION @extschema@.advlock_lock_table_entries() IS
   'advlock (internal, feeds the advlock_lock_table view; may change): shared lock table entries per database (by name), advisory entries among them, and the table''s capacity';
 COMMENT ON FUNCTION @extschema@.advlock_holder_entries(pg_catalog.int4[]) IS
@@ -117,9 +480,9 @@ COMMENT ON FUNCTION @extschema@.advlock_holder_entries(pg_catalog.int4[]) IS
 COMMENT ON FUNCTION @extschema@.advlock_idle_holder_rows(pg_catalog.interval, pg_catalog.text) IS
   'advlock (internal, behind advlock_idle_holders and advlock_terminate_idle_holders; may change): the idle-holder rows, most idle first; validates older_than and warns about hidden holders, naming caller';
 COMMENT ON FUNCTION @extschema@.advlock_labels() IS
-  'advlock (internal, feeds advlock_holders.label, scope and held_since; may change): the labels (ns/id), scopes and hold times recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
+  'advlock (internal, may change): the labels (ns/id), scopes and hold times recorded for locks held in this database, one row per backend, key and mode (advlock_holder_entries looks each lock''s label up itself); no rows unless advlock is in shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_tokens() IS
-  'advlock (internal, feeds advlock_holders.token; may change): the fencing tokens of locks held in this database through advlock_try_with_token, one row per backend, key and mode (the latest token); no rows unless advlock is in shared_preload_libraries';
+  'advlock (internal, may change): the fencing tokens of locks held in this database through advlock_try_with_token, one row per backend, key and mode (the latest token; advlock_holder_entries looks each lock''s token up itself); no rows unless advlock is in shared_preload_libraries';
 COMMENT ON SEQUENCE @extschema@.advlock_token_seq IS
   'advlock: the counter behind fencing tokens (advlock_try_with_token); do not change it by hand';
 COMMENT ON FUNCTION @extschema@.advlock_idle_holders(pg_catalog.interval) IS
@@ -137,3 +500,24 @@ COMMENT ON FUNCTION @extschema@.advlock_stats_info() IS
   'advlock (internal, feeds the advlock_stats_info view; may change): fill level of the shared label and statistics tables; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_stats_reset(pg_catalog.text) IS
   'advlock: reset the statistics of namespace ns in this database, or of every namespace when ns is NULL; returns the reset time; needs shared_preload_libraries';
+
+COMMENT ON TABLE @extschema@.advlock_fences IS
+  'advlock: one row per fence: the largest token that passed advlock_fence for key (ns, id as first given), when (passed_at: the statement''s start) and by which role; in pg_dump''s output';
+COMMENT ON FUNCTION @extschema@.advlock_fence(pg_catalog.int8, pg_catalog.int8) IS
+  'advlock: in a write transaction, let token pass the fence of key: raises LK001 when a larger token has passed it, else records token (an equal one passes again: retries); the fence''s row stays locked until the transaction ends, so the check commits or rolls back with the write';
+COMMENT ON FUNCTION @extschema@.advlock_fence(pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
+  'advlock: in a write transaction, let token pass the fence of advlock_key(ns, id): raises LK001 when a larger token has passed it, else records token until the transaction ends';
+COMMENT ON FUNCTION @extschema@.advlock_fence(pg_catalog.text, pg_catalog.int8, pg_catalog.int8) IS
+  'advlock: in a write transaction, let token pass the fence of advlock_key(ns, id): raises LK001 when a larger token has passed it, else records token until the transaction ends';
+COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.int8) IS
+  'advlock: forget the fence of key (any token passes next); needs DELETE on advlock_fences (its owner, superusers); returns the token it had, or NULL';
+COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.text) IS
+  'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
+COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.int8) IS
+  'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
+COMMENT ON FUNCTION @extschema@.advlock_fence_guard() IS
+  'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token or changes the key';
+COMMENT ON FUNCTION @extschema@.advlock_lease_check(pg_catalog.int8) IS
+  'advlock: in a write transaction, raise LK002 when lease is no longer held (released, expired, ended by a restart); returns its expires_at otherwise; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_lease_expiry(pg_catalog.int8, pg_catalog.text) IS
+  'advlock (internal, behind advlock_lease_check; may change): expires_at of lease while an entry of the lease table holds it (possibly past), else NULL; needs shared_preload_libraries, naming caller';

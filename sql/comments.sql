@@ -87,7 +87,7 @@ COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.text, pg_catalog.int8
 COMMENT ON FUNCTION @extschema@.advlock_idle_threshold(pg_catalog.interval) IS
   'advlock: the idle threshold in effect: older_than, or the advlock.idle_threshold setting when NULL; rejects a negative interval';
 COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
-  'advlock (internal, feeds the advlock_holders view; may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since)';
+  'advlock (internal, may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since), one row per lock entry; the 0.3.0 feed, kept for the SQL edition''s metrics and the benchmarks (advlock_holders reads advlock_holder_entries)';
 COMMENT ON FUNCTION @extschema@.advlock_lock_table_entries() IS
   'advlock (internal, feeds the advlock_lock_table view; may change): shared lock table entries per database (by name), advisory entries among them, and the table''s capacity';
 COMMENT ON FUNCTION @extschema@.advlock_holder_entries(pg_catalog.int4[]) IS
@@ -95,9 +95,9 @@ COMMENT ON FUNCTION @extschema@.advlock_holder_entries(pg_catalog.int4[]) IS
 COMMENT ON FUNCTION @extschema@.advlock_idle_holder_rows(pg_catalog.interval, pg_catalog.text) IS
   'advlock (internal, behind advlock_idle_holders and advlock_terminate_idle_holders; may change): the idle-holder rows, most idle first; validates older_than and warns about hidden holders, naming caller';
 COMMENT ON FUNCTION @extschema@.advlock_labels() IS
-  'advlock (internal, feeds advlock_holders.label, scope and held_since; may change): the labels (ns/id), scopes and hold times recorded for locks held in this database, one row per backend, key and mode; no rows unless advlock is in shared_preload_libraries';
+  'advlock (internal, may change): the labels (ns/id), scopes and hold times recorded for locks held in this database, one row per backend, key and mode (advlock_holder_entries looks each lock''s label up itself); no rows unless advlock is in shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_tokens() IS
-  'advlock (internal, feeds advlock_holders.token; may change): the fencing tokens of locks held in this database through advlock_try_with_token, one row per backend, key and mode (the latest token); no rows unless advlock is in shared_preload_libraries';
+  'advlock (internal, may change): the fencing tokens of locks held in this database through advlock_try_with_token, one row per backend, key and mode (the latest token; advlock_holder_entries looks each lock''s token up itself); no rows unless advlock is in shared_preload_libraries';
 COMMENT ON SEQUENCE @extschema@.advlock_token_seq IS
   'advlock: the counter behind fencing tokens (advlock_try_with_token); do not change it by hand';
 COMMENT ON FUNCTION @extschema@.advlock_idle_holders(pg_catalog.interval) IS
@@ -115,3 +115,24 @@ COMMENT ON FUNCTION @extschema@.advlock_stats_info() IS
   'advlock (internal, feeds the advlock_stats_info view; may change): fill level of the shared label and statistics tables; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_stats_reset(pg_catalog.text) IS
   'advlock: reset the statistics of namespace ns in this database, or of every namespace when ns is NULL; returns the reset time; needs shared_preload_libraries';
+
+COMMENT ON TABLE @extschema@.advlock_fences IS
+  'advlock: one row per fence: the largest token that passed advlock_fence for key (ns, id as first given), when (passed_at: the statement''s start) and by which role; in pg_dump''s output';
+COMMENT ON FUNCTION @extschema@.advlock_fence(pg_catalog.int8, pg_catalog.int8) IS
+  'advlock: in a write transaction, let token pass the fence of key: raises LK001 when a larger token has passed it, else records token (an equal one passes again: retries); the fence''s row stays locked until the transaction ends, so the check commits or rolls back with the write';
+COMMENT ON FUNCTION @extschema@.advlock_fence(pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
+  'advlock: in a write transaction, let token pass the fence of advlock_key(ns, id): raises LK001 when a larger token has passed it, else records token until the transaction ends';
+COMMENT ON FUNCTION @extschema@.advlock_fence(pg_catalog.text, pg_catalog.int8, pg_catalog.int8) IS
+  'advlock: in a write transaction, let token pass the fence of advlock_key(ns, id): raises LK001 when a larger token has passed it, else records token until the transaction ends';
+COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.int8) IS
+  'advlock: forget the fence of key (any token passes next); needs DELETE on advlock_fences (its owner, superusers); returns the token it had, or NULL';
+COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.text) IS
+  'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
+COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.int8) IS
+  'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
+COMMENT ON FUNCTION @extschema@.advlock_fence_guard() IS
+  'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token or changes the key';
+COMMENT ON FUNCTION @extschema@.advlock_lease_check(pg_catalog.int8) IS
+  'advlock: in a write transaction, raise LK002 when lease is no longer held (released, expired, ended by a restart); returns its expires_at otherwise; needs shared_preload_libraries';
+COMMENT ON FUNCTION @extschema@.advlock_lease_expiry(pg_catalog.int8, pg_catalog.text) IS
+  'advlock (internal, behind advlock_lease_check; may change): expires_at of lease while an entry of the lease table holds it (possibly past), else NULL; needs shared_preload_libraries, naming caller';

@@ -7,7 +7,9 @@
 -- No SECURITY DEFINER anywhere: pg_stat_activity's own rules decide what a caller sees.
 
 -- The label and token functions return a handful of rows (what advlock recorded), not the
--- default estimate of 1000: with it the planner sorts every lock row for a merge join.
+-- default estimate of 1000, so a query that joins them with the lock table (they are
+-- diagnostics of their own since 0.4.0: advlock_holders reads labels and tokens itself) is not
+-- planned for a thousand.
 ALTER FUNCTION @extschema@.advlock_labels() ROWS 10;
 ALTER FUNCTION @extschema@.advlock_tokens() ROWS 10;
 

@@ -1,7 +1,9 @@
 //! Facts about this backend and its peers that several modules need: its database, pid and
 //! proc number, the clock, whether another backend is still alive, whether a database exists.
-//! Small safe functions over PostgreSQL's backend-local globals, so the rest of the code reads
-//! none of them directly.
+//! Small safe functions over PostgreSQL's backend-local globals and the PGPROC array, so that
+//! other modules need no `unsafe` block to read these facts. Two reads stay where they are
+//! used: the waits (`leases.rs`) reset and wait on `MyLatch`, and the lock-table walk
+//! (`lockmgr.rs`) reads `ProcGlobal` under the partition locks it holds.
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 

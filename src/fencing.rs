@@ -182,3 +182,12 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.advlock_token_seq', '');
     name = "token_sequence",
     bootstrap
 );
+
+// Fences in the database (docs/fences.md): advlock_fence and advlock_fence_reset, PL/pgSQL
+// shared with the SQL edition (sql/fence.sql), then the table they write (sql/fence_table.sql).
+pgrx::extension_sql_file!("../sql/fence.sql", name = "fence");
+pgrx::extension_sql_file!(
+    "../sql/fence_table.sql",
+    name = "fence_table",
+    requires = ["fence"]
+);

@@ -249,6 +249,8 @@ impl Refusal {
 fn wait_for_grant(waiter: usize, database: u32, key: i64, deadline: i64) -> Option<usize> {
     // `take` settled the key when it queued: the first look needs no settling.
     let mut settle = false;
+    // What pg_stat_activity shows while this backend sleeps (AdvlockLeaseWait on 17+).
+    let wait_event = crate::wait_events::lease_wait();
     loop {
         // SAFETY: MyLatch is this backend's own latch; reset before checking, as WaitLatch wants.
         unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
@@ -288,7 +290,7 @@ fn wait_for_grant(waiter: usize, database: u32, key: i64, deadline: i64) -> Opti
                 pg_sys::MyLatch,
                 (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
                 ms.clamp(1, i64::from(i32::MAX)) as _,
-                pg_sys::PG_WAIT_EXTENSION,
+                wait_event,
             );
         }
         pg_sys::check_for_interrupts!();
@@ -445,6 +447,32 @@ fn lease_int(
     )
 }
 
+/// The expiry of lease `lease` of this database while an entry holds it: its `expires_at`, in
+/// the past for a lease that expired and that nobody has freed yet; NULL when no entry holds it
+/// (released, freed after its expiry, ended by a restart, or never taken). The feed of
+/// `advlock_lease_check` (sql/lease_check.sql), which raises LK002 (a code pgrx cannot raise);
+/// `caller` is the function the preload error names.
+#[pg_extern(volatile, parallel_restricted)]
+fn advlock_lease_expiry(
+    lease: Option<i64>,
+    caller: default!(Option<ServerText>, "'advlock_lease_expiry'"),
+) -> Option<TimestampWithTimeZone> {
+    const EXPIRY: &str = "advlock_lease_expiry";
+    let caller = required(caller, EXPIRY, "caller").display();
+    // advlock_lease_check refuses a NULL lease itself: a NULL here is a direct call's.
+    let id = required(lease, EXPIRY, "lease");
+    require_leases(&caller);
+    let database = backend::database();
+    table::with_table(false, |t| {
+        t.leases
+            .iter()
+            .find(|l| l.state == State::Held && l.database == database && l.id == id)
+            .map(|l| l.expires_at)
+    })
+    .flatten()
+    .and_then(backend::timestamptz)
+}
+
 /// The leases of the current database, held and awaited: the feed of the `advlock_leases` view.
 /// No rows without preload.
 #[pg_extern(volatile, parallel_restricted)]
@@ -561,4 +589,10 @@ pgrx::extension_sql_file!(
     "../sql/leases.sql",
     name = "leases",
     requires = [advlock_lease_entries, advlock_lease_stats]
+);
+
+pgrx::extension_sql_file!(
+    "../sql/lease_check.sql",
+    name = "lease_check",
+    requires = [advlock_lease_expiry]
 );

@@ -24,6 +24,7 @@ mod preload;
 mod provisional;
 mod server_text;
 mod snapshot_free_wait;
+mod wait_events;
 
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;

@@ -33,7 +33,11 @@ fn lockmode(mode: Mode) -> pg_sys::LOCKMODE {
     }
 }
 
-/// Advisory locks are not transferable to parallel workers (as in `lockfuncs.c`).
+/// Advisory locks are not transferable to parallel workers: a lock taken by a worker would be
+/// released when the worker exits. PostgreSQL's own `pg_advisory_*` functions are PARALLEL
+/// UNSAFE, so the planner never runs them in a worker (lockfuncs.c dropped its explicit check
+/// in PostgreSQL 13); advlock's are too, and this check keeps the error should one be reached in
+/// parallel mode anyway (say, through a PARALLEL SAFE wrapper a user wrote).
 pub fn prevent_in_parallel_mode() {
     // SAFETY: reads backend-local transaction state.
     if unsafe { pg_sys::IsInParallelMode() } {

@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 
-from . import (case_acquire, case_edition, case_handoff, case_holders, case_keys, case_keysets,
+from . import (case_acquire, case_edition, case_fence, case_handoff, case_holders, case_keys, case_keysets,
                case_leases, case_preload, case_timeout, case_tokens)
 from .common import Ctx, HarnessError, log, md_table
 
@@ -28,6 +28,7 @@ CASES = [
     ("8", "Fencing tokens: token acquisition vs plain acquisition", case_tokens),
     ("9", "SQL edition vs extension: keys and uncontended acquire", case_edition),
     ("10", "Leases: cost, hand-off on release and on expiry, memory", case_leases),
+    ("11", "Fences: advlock_fence vs the single-row upsert it replaces", case_fence),
 ]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -82,7 +83,8 @@ def machine_facts(ctx: Ctx) -> list[tuple[str, str]]:
     # The backend that ran advlock_key above mapped exactly the pinned copy.
     conn.execute("SELECT advlock_key('bench', 'pin')").fetchone()
     with open(f"/proc/{conn.info.backend_pid}/maps") as f:
-        maps = {line.split()[-1] for line in f if "advlock" in line}
+        # (by file name: a wheel major's own binaries live under /opt/advlock-pg)
+        maps = {line.split()[-1] for line in f if "advlock" in os.path.basename(line.split()[-1])}
     if maps != {ctx.lib}:
         raise HarnessError(f"backend mapped {maps}, expected only the pinned {ctx.lib}")
     conn.close()

@@ -10,7 +10,7 @@ import time
 import psycopg
 import pytest
 
-import pgsupport
+import pgsupport  # first: puts docs/keys (the published advlock_key.py) on sys.path
 from pgsupport import psy
 
 MEASUREMENTS = []

@@ -59,7 +59,6 @@ CLAIMS = {
     "CREATE TABLE fenced_resource": "clients/test_readme_snippets.py::test_fenced_write_example_runs_as_written",
     "SELECT advlock_holding('leader', 'rollup', 'shared');": "clients/test_readme_snippets.py::test_holding_example_runs_as_written",
     "SELECT advlock_leak_count();          -- 0": "clients/test_readme_snippets.py::test_metrics_example_runs_as_written",
-    "CREATE FUNCTION fail_while_holding(k bigint)": "clients/test_doc_examples.py::test_single_session_examples",
     "CALL advlock_wait_lock(advlock_key('migrate', 'schema'), 30000);": "clients/test_doc_examples.py::test_single_session_examples",
     "-- How full is the shared lock table (every database)": "clients/test_doc_examples.py::test_single_session_examples",
     # docs/lock-table.md
@@ -86,6 +85,8 @@ CLAIMS = {
     "CREATE TABLE report_output": "leases/test_doc_examples.py::test_lease_doc_examples",
     "SELECT advlock_lease('reports', 'running', 60000, 0, slots => 3) AS slot \\gset": "leases/test_doc_examples.py::test_lease_doc_examples",
     "SELECT advlock_lease('leader', 'rollup', 15000, 0) AS term \\gset": "leases/test_doc_examples.py::test_lease_doc_examples",
+    # docs/fences.md
+    "CREATE TEMP TABLE invoices": "clients/test_doc_examples.py::test_single_session_examples",
     # docs/sql-edition.md
     'SET search_path = "$user", public, advlock;': "edition/readme.sh",
     # docs/preload.md (monitoring runs preloaded and not in the test command)

@@ -4,12 +4,17 @@ The instance is described by ADVLOCK_PGHOST / ADVLOCK_PGPORT / ADVLOCK_PGDATABAS
 pg_test/run.sh). Every connection carries an application_name so holders are identifiable.
 """
 import os
-import time
+import sys
+from pathlib import Path
 
 import asyncpg
 import psycopg
 
-from advlock_key import advlock_key
+# The published pure-Python key reference (docs/keys/advlock_key.py), imported as users do.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" / "keys"))
+from advlock_key import advlock_key  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from polling import wait_until  # noqa: E402,F401  (the suites' one wait_until, re-exported)
 
 HOST = os.environ.get("ADVLOCK_PGHOST", "127.0.0.1")
 PORT = int(os.environ.get("ADVLOCK_PGPORT", os.environ.get("ADVLOCK_TEST_PORT", "5422")))
@@ -47,16 +52,6 @@ def apg_pool_kwargs(app: str) -> dict:
                                  "statement_timeout": str(STATEMENT_TIMEOUT_MS)})
 
 
-def wait_until(predicate, timeout: float = 5.0, interval: float = 0.01, what: str = "condition"):
-    """Polls predicate() until it returns a truthy value; fails after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def waiting_pids(admin: psycopg.Connection) -> set:

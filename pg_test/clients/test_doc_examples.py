@@ -5,8 +5,10 @@
   concurrent sessions; the error the getting started shows, against the real one;
 - every one-session SQL example of the README, the monitoring role, the Python key snippet;
 - the reference: its table lists every function and view of the extension, and the column
-  tables of advlock_holders, advlock_metrics (README) and advlock_lock_table (docs/lock-table.md)
-  every column of those views.
+  tables of advlock_holders (README), advlock_metrics (docs/reference.md) and advlock_lock_table
+  (docs/lock-table.md) every column of those views;
+- the README stays under 40 KB; the release's file names in README.md, docs/packaging.md and
+  docs/install-apt.md, and the release docs/packaging.md describes, are Cargo.toml's version.
 """
 import os
 import re
@@ -156,10 +158,10 @@ def reference_names(heading, path=dx.README):
 
 
 def reference_objects():
-    """advlock_* names in the reference table, and those listed apart as internal."""
-    section = dx.section(dx.README, "Functions and views")
+    """advlock_* names in the README's reference table, and those CONTRIBUTING.md lists apart as
+    internal."""
     table = {n for n in reference_names("Functions and views") if n.startswith("advlock_")}
-    internal_text = section.split("Internal, not an API", 1)[1]
+    internal_text = dx.section(dx.REPO / "CONTRIBUTING.md", "Internal SQL objects (not an API)")
     return table, set(re.findall(r"`(advlock_[a-z_0-9]+)(?:\(\))?`", internal_text))
 
 
@@ -181,7 +183,7 @@ def test_reference_lists_every_function_and_view(admin):
 
 @pytest.mark.parametrize("view, path, heading", [
     ("advlock_holders", dx.README, "advlock_holders"),
-    ("advlock_metrics", dx.README, "advlock_metrics"),
+    ("advlock_metrics", dx.REPO / "docs" / "reference.md", "advlock_metrics"),
     ("advlock_lock_table", dx.REPO / "docs" / "lock-table.md", "The view advlock_lock_table")],
     ids=["advlock_holders", "advlock_metrics", "advlock_lock_table"])
 def test_column_table_lists_every_column(admin, view, path, heading):
@@ -231,4 +233,33 @@ def test_links_resolve():
                 headings = re.findall(r"^#+ (.*)$", dest.read_text(), re.M)
                 if anchor not in {slug(h) for h in headings}:
                     problems.append(f"{path.name}: {target}: no such heading")
+    assert not problems, "\n".join(problems)
+
+
+def test_readme_stays_under_40_kb():
+    """The README is for users and stays short: details go to docs/, maintainers' material to
+    CONTRIBUTING.md."""
+    size = dx.README.stat().st_size
+    assert size <= 40 * 1024, f"README.md is {size} bytes, over 40 KB: move details to docs/"
+
+
+def test_release_version_strings_are_the_current_version():
+    """The package and tarball names the install docs show, and the release docs/packaging.md
+    says it describes, are the version of Cargo.toml (older versions appear only as what an
+    upgrade starts from, never in a file name)."""
+    version = re.search(r'^version = "([^"]+)"', (dx.REPO / "Cargo.toml").read_text(), re.M).group(1)
+    names = re.compile(r"advlock_(\d+\.\d+\.\d+)-1_amd64\.deb|advlock-(\d+\.\d+\.\d+)(?:-pg\d+-linux-x86_64|\.tar\.gz|-py3)")
+    problems, seen = [], 0
+    for path in (dx.README, dx.REPO / "docs" / "packaging.md", dx.REPO / "docs" / "install-apt.md"):
+        for m in names.finditer(path.read_text()):
+            seen += 1
+            found = m.group(1) or m.group(2)
+            if found != version:
+                problems.append(f"{path.name}: {m.group(0)} names {found}, the version is {version}")
+    assert seen >= 4, f"only {seen} release file names found: the check would prove nothing"
+    packaging = (dx.REPO / "docs" / "packaging.md").read_text()
+    current = re.search(r"^The current release is \*\*(\S+)\*\*", packaging, re.M)
+    assert current, "docs/packaging.md does not say which release it describes ('The current release is **X**')"
+    if current.group(1) != version:
+        problems.append(f"docs/packaging.md describes {current.group(1)}, the version is {version}")
     assert not problems, "\n".join(problems)

@@ -168,11 +168,10 @@ def test_jdbc_snippet(admin, tmp_path):
 
 
 def sql_block_containing(marker):
-    """The README's ```sql block that contains `marker`, as written."""
-    blocks = re.findall(r"```sql\n(.*?)\n```", README.read_text(), re.S)
-    matches = [b for b in blocks if marker in b]
-    assert len(matches) == 1, f"{len(matches)} README sql blocks contain {marker!r}"
-    return matches[0]
+    """The ```sql block of README.md or docs/ that contains `marker`, as written."""
+    block = docexamples.block_with(marker)
+    assert block.lang == "sql", block.where()
+    return block.text.rstrip("\n")
 
 
 def test_acquisition_examples_run_as_written(admin, tmp_path):
@@ -229,13 +228,16 @@ def test_key_set_examples_run_as_written(admin, tmp_path):
 
 
 def test_fenced_write_example_runs_as_written(admin, tmp_path):
-    """The fenced-write example (in a scratch schema): one row written with the token, which
-    is then the row's fence; still the holder before unlocking."""
+    """The fenced-write example (in a scratch schema): the row written through the fence,
+    whose token is then the holder's; still the holder before unlocking. (The fence is reset
+    after, returning that token.)"""
     lines = run_psql_block("CREATE TABLE fenced_resource", tmp_path,
                            prelude="CREATE SCHEMA readme_fence; SET search_path = readme_fence, public;\n",
-                           postlude="SELECT fence = :token AND value = 'written by the current holder' FROM fenced_resource;\n"
+                           postlude="SELECT value = 'written by the current holder' AND token = :token "
+                                    "FROM fenced_resource, advlock_fences WHERE key = advlock_key('report', 'daily');\n"
+                                    "SELECT advlock_fence_reset('report', 'daily') = :token;\n"
                                     "DROP SCHEMA readme_fence CASCADE;\n")
-    assert [line for line in lines if line] == ["t", "t", "t"], lines
+    assert [line for line in lines if line] == ["t", "t", "t", "t"], lines
     assert no_advisory_locks(admin)
 
 
@@ -255,7 +257,7 @@ def test_metrics_example_runs_as_written(admin, tmp_path):
 
 
 def test_forgotten_timeout_from_asyncpg_is_the_documented_client_error():
-    """README, "Leaving out timeout_ms": what asyncpg shows for the forgotten argument, quoted
+    """docs/reference.md, "Leaving out timeout_ms": what asyncpg shows for the forgotten argument, quoted
     there word for word, is what asyncpg raises (before the call reaches the server)."""
     import asyncpg
 
@@ -270,5 +272,5 @@ def test_forgotten_timeout_from_asyncpg_is_the_documented_client_error():
 
     message = asyncio.run(main())
     assert message == "invalid input for query argument $1: 'account' ('str' object cannot be interpreted as an integer)"
-    readme = " ".join(README.read_text().split())
-    assert f"`DataError: {message}`" in readme
+    reference = " ".join((README.parent / "docs" / "reference.md").read_text().split())
+    assert f"`DataError: {message}`" in reference

@@ -42,6 +42,10 @@ step "fencing tokens drawn from the edition" \
   "CREATE TABLE tokens_before AS SELECT advlock_try_with_token(g, 0) AS token FROM generate_series(1, 40) g" \
   "SELECT pg_advisory_unlock_all()"
 
+step "fences passed in the edition" \
+  "SELECT advlock_fence('invoices', 'march', 42), advlock_fence(12345, 7)" \
+  "CREATE TABLE fences_before AS SELECT * FROM advlock_fences"
+
 # The move itself, as the README says to run it.
 if PGOPTIONS='-c search_path=public' psql_db -f "$work/move_to_extension.sql" >"$work/move.log" 2>&1; then
   passed=$((passed + 1)); echo "move: ok   move_to_extension.sql"; cat "$work/move.log"
@@ -61,6 +65,14 @@ check "every stored key equals the extension's advlock_key" \
   "SELECT count(*) = 0 FROM jobs WHERE lock_key <> advlock_key(queue, job_id)"
 check "the extension's fencing tokens continue above the edition's" \
   "SELECT advlock_try_with_token(1, 0) > (SELECT max(token) FROM tokens_before) AND advlock_unlock(1)"
+check "every fence moved to the extension's advlock_fences, as it was" \
+  "SELECT (SELECT count(*) FROM advlock_fences) = 2
+      AND NOT EXISTS (SELECT * FROM advlock_fences EXCEPT SELECT * FROM fences_before)
+      AND EXISTS (SELECT FROM pg_depend WHERE objid = 'advlock_fences'::regclass AND deptype = 'e'
+                     AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'advlock'))"
+check "a moved fence still refuses a smaller token (LK001), passes a larger one" \
+  "DO \$\$ BEGIN PERFORM advlock_fence('invoices', 'march', 41); RAISE 'passed'; EXCEPTION WHEN SQLSTATE 'LK001' THEN NULL; END \$\$;
+   SELECT true FROM advlock_fence('invoices', 'march', 43)"
 step "new rows after the move" "INSERT INTO jobs SELECT 'q' || (g % 7), g FROM generate_series(3001, 3500) g"
 check "new rows get the extension's keys" \
   "SELECT count(*) = 500 FROM jobs WHERE job_id > 3000 AND lock_key = advlock_key(queue, job_id)"
@@ -75,7 +87,7 @@ if [ -f "$("$PG_CONFIG" --sharedir)/extension/amcheck.control" ]; then
 else
   echo "move: amcheck is not available in PostgreSQL $ADVLOCK_PG_MAJOR here: REINDEX and compare instead"
   check "REINDEX gives the same lookups" \
-    "REINDEX TABLE jobs; SET enable_seqscan = off; SELECT count(*) = 3500 FROM jobs j JOIN keys_before b USING (job_id) WHERE j.lock_key = advlock_key(j.queue, j.job_id) OR j.job_id > 3000"
+    "REINDEX TABLE jobs; SET enable_seqscan = off; SELECT count(*) = 3500 FROM jobs j LEFT JOIN keys_before b USING (job_id) WHERE (j.lock_key = b.lock_key AND j.lock_key = advlock_key(j.queue, j.job_id)) OR j.job_id > 3000"
 fi
 
 if [ "$("$PGBIN/postgres" --version | sed 's/[^0-9]*\([0-9]*\).*/\1/')" -ge 17 ]; then

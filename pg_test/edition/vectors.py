@@ -3,7 +3,7 @@
 Every vector of pg_test/vectors/advlock_key_v1.json through every form that applies (text id;
 bigint id and its decimal text for the id_int vectors; advlock_key(ns) when the id is empty), then
 random (ns, id) pairs -- multibyte, empty, long, every length around the 8-byte word boundary --
-against pg_test/clients/advlock_key.py. Prints "vectors: N passed, M failed".
+against docs/keys/advlock_key.py. Prints "vectors: N passed, M failed".
 Connection: ADVLOCK_PGHOST / ADVLOCK_PGPORT / ADVLOCK_PGDATABASE.
 """
 import json
@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "clients"))
+sys.path.insert(0, str(HERE.parents[1] / "docs" / "keys"))
 from advlock_key import advlock_key  # noqa: E402
 
 conn = psycopg.connect(host=os.environ.get("ADVLOCK_PGHOST", "127.0.0.1"),

@@ -14,9 +14,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import sys
 from pathlib import Path
 
 import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from polling import wait_until  # noqa: E402,F401  (the suites' one wait_until, re-exported)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -71,16 +75,6 @@ def connect(app: str, user: str = "postgres") -> psycopg.Connection:
     return psycopg.connect(conninfo(app, user), autocommit=True)
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
-    """Polls predicate() until truthy; fails after timeout seconds (hang protection only)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 # ---------------------------------------------------------------------------- /metrics parsing

@@ -25,6 +25,16 @@ DO $$ DECLARE plan text; BEGIN
   ASSERT (SELECT id FROM jobs WHERE lock_key = advlock_key('rollup', 'job-2')) = 2, 'index lookup found the wrong row';
 END $$;
 RESET enable_seqscan; RESET enable_bitmapscan;
+-- The fence came through: its token is kept, a smaller one is still refused, a larger passes.
+DO $$ BEGIN
+  ASSERT (SELECT token FROM advlock_fences WHERE key = advlock_key('billing', 'ledger')) = 42, 'fence lost';
+  BEGIN
+    PERFORM advlock_fence('billing', 'ledger', 41);
+    RAISE EXCEPTION 'a smaller token passed the fence after the upgrade';
+  EXCEPTION WHEN SQLSTATE 'LK001' THEN NULL;
+  END;
+  PERFORM advlock_fence('billing', 'ledger', 43);
+END $$;
 -- Every function of the extension.
 DO $$ BEGIN
   ASSERT advlock_key('rollup', 'nightly') = 2132624222628149741, 'golden key';

@@ -17,3 +17,5 @@ BEGIN;
 SELECT advlock_lock_with_timeout(advlock_key('emails', 'job-1'), 100, scope => 'xact', mode => 'shared');
 COMMIT;
 SELECT advlock_unlock('billing', 'job-4') AS released;
+-- A fence passed (docs/fences.md): an ordinary row of advlock_fences, which must come through.
+SELECT advlock_fence('billing', 'ledger', 42);

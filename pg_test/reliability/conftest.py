@@ -38,7 +38,7 @@ def pytest_sessionstart(session):
         "from advlock_key import advlock_key;"
         "print(advlock_key('huge', 'x' * int(sys.argv[2])))")
     _huge_reference["proc"] = subprocess.Popen(
-        [sys.executable, "-c", script, str(HERE.parent / "clients"), str(HUGE_ID_BYTES)],
+        [sys.executable, "-c", script, str(HERE.parents[1] / "docs" / "keys"), str(HUGE_ID_BYTES)],
         stdout=subprocess.PIPE, text=True)
     _huge_reference["started"] = time.monotonic()
 

@@ -8,14 +8,15 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psycopg
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "clients"))
-from advlock_key import advlock_key  # noqa: E402  (the pure-Python reference)
+sys.path.insert(0, str(HERE.parents[1] / "docs" / "keys"))
+from advlock_key import advlock_key  # noqa: E402  (the published pure-Python reference)
+sys.path.insert(0, str(HERE.parent))
+from polling import wait_until  # noqa: E402,F401  (the suites' one wait_until, re-exported)
 
 HOST = os.environ.get("ADVLOCK_PGHOST", "127.0.0.1")
 PORT = int(os.environ.get("ADVLOCK_PGPORT", os.environ.get("ADVLOCK_TEST_PORT", "5427")))
@@ -81,16 +82,6 @@ def connect(app="advlock-reliability", dbname=None, user="postgres", port=None, 
     return conn
 
 
-def wait_until(predicate, timeout=10.0, interval=0.01, what="condition"):
-    """Polls predicate() until it returns a truthy value; fails after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def advisory_rows(admin, pid=None, key=None):

@@ -17,6 +17,7 @@ EXTENSION_FUNCTIONS = """
                       AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
       JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'advlock'
      WHERE p.proname LIKE 'advlock%' AND p.prokind = 'f'   -- procedures: pg_test/leases
+       AND p.prorettype <> 'trigger'::regtype   -- advlock_fence_guard: called by its trigger only
      ORDER BY 2"""
 
 ACQUIRING = ["advlock_try_with_timeout", "advlock_lock_with_timeout"]
@@ -39,7 +40,7 @@ def valid_value(name, typ, key):
               ("dry_run", "boolean"): "true", ("keys", "bigint[]"): f"ARRAY[{key}]",
               ("ids", "text[]"): "ARRAY['x']", ("ids", "bigint[]"): "ARRAY[42]",
               ("ttl_ms", "integer"): "1000", ("slots", "integer"): "1", ("lease", "bigint"): str(key),
-              ("pids", "integer[]"): "ARRAY[0]", ("caller", "text"): "'fuzz'"}
+              ("pids", "integer[]"): "ARRAY[0]", ("caller", "text"): "'fuzz'", ("token", "bigint"): "1"}
     return values[(name, typ)]
 
 

@@ -1,4 +1,4 @@
-"""Property test: advlock_key in SQL equals the pure-Python reference (pg_test/clients/advlock_key.py)
+"""Property test: advlock_key in SQL equals the pure-Python reference (docs/keys/advlock_key.py)
 on random (ns, id) pairs, random Unicode included. Fixed seed (ADVLOCK_SEED overrides), printed."""
 import os
 import random

@@ -93,6 +93,11 @@ BEGIN PERFORM evil.hijacked('advlock_holder_entries(integer[])');
     _op("shl_int8", "<<", "bigint", "integer", "bigint", "a OPERATOR(pg_catalog.<<) b"),
     _op("shr_int8", ">>", "bigint", "integer", "bigint", "a OPERATOR(pg_catalog.>>) b"),
     _op("or_int8", "|", "bigint", "bigint", "bigint", "a OPERATOR(pg_catalog.|) b"),
+    # what advlock_fence, its table's defaults and its guard trigger use
+    _op("lt_int8", "<", "bigint", "bigint", "boolean", "a OPERATOR(pg_catalog.<) b"),
+    _op("le_int8", "<=", "bigint", "bigint", "boolean", "a OPERATOR(pg_catalog.<=) b"),
+    _op("lt_int8_int4", "<", "bigint", "integer", "boolean", "a OPERATOR(pg_catalog.<) b"),
+    _fn("statement_timestamp", "", "timestamptz", "pg_catalog.statement_timestamp()"),
 ])
 
 HOSTILE_PATHS = ["evil, public, pg_catalog", "evil, pg_catalog, public", "public, evil, pg_catalog", "evil, public"]
@@ -178,6 +183,15 @@ def run_victim_calls(dbname, search_path, key):
         with pytest.raises(psycopg.errors.LockNotAvailable) as info:
             victim.execute("SELECT advlock_lock_with_timeout(%s, 0, mode => 'shared')", (key,))
         assert f"PID {hp}" in info.value.diag.message_detail
+        # Fences: passed in each form, refused (LK001), reset -- through no lookalike.
+        fence_id = f"sec-{key}"
+        victim.execute("SELECT advlock_fence('sec-fence', %s, 5), advlock_fence('sec-fence', %s::bigint, 5), "
+                       "advlock_fence(%s::bigint, 5)", (fence_id, key, key))
+        with pytest.raises(psycopg.Error) as refused:
+            victim.execute("SELECT advlock_fence('sec-fence', %s, 4)", (fence_id,))
+        assert refused.value.sqlstate == "LK001"
+        assert victim.execute("SELECT advlock_fence_reset('sec-fence', %s), advlock_fence_reset('sec-fence', %s::bigint), "
+                              "advlock_fence_reset(%s::bigint)", (fence_id, key, key)).fetchone() == (5, 5, 5)
         assert victim.execute("SELECT advlock_try_with_timeout('sec', 'x', 10, 'session'), "
                               "advlock_try_with_timeout('sec', 7::bigint, 10, 'session'), "
                               "advlock_unlock('sec', 'x'), advlock_unlock('sec', 7::bigint), "
@@ -255,9 +269,14 @@ def test_trusted_install_by_database_owner_with_hostile_schema(hostile, key):
             members = dict(su.execute(f"SELECT classid::regclass::text, count(*) FROM ({EXTENSION_MEMBERS}) m "
                                       "GROUP BY 1").fetchall())
             # functions; the views advlock_holders, advlock_stats, advlock_stats_info,
-            # advlock_metrics, advlock_leases, advlock_lease_stats, advlock_lock_table, and the
-            # sequence advlock_token_seq
-            assert members["pg_proc"] >= 16 and members["pg_class"] == 8, members
+            # advlock_metrics, advlock_leases, advlock_lease_stats, advlock_lock_table, the
+            # sequence advlock_token_seq and the table advlock_fences
+            assert members["pg_proc"] >= 16 and members["pg_class"] == 9, members
+            # The fences' table belongs to the database owner who installed the extension
+            # (@extowner@), not to the bootstrap superuser the trusted script ran as: it may
+            # reset fences and grant who passes them.
+            assert su.execute("SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = 'advlock_fences'::regclass"
+                              ).fetchone()[0] == DBOWNER
             # No member (nor the view's rewrite rule) depends on anything in the hostile schema.
             assert su.execute(DEPENDS_ON_EVIL.format(targets=EXTENSION_MEMBERS)).fetchall() == []
             # Control: the same query does see such a dependency when one exists.
@@ -269,6 +288,17 @@ def test_trusted_install_by_database_owner_with_hostile_schema(hostile, key):
             su.execute("DROP VIEW public.control_view")
             # Nothing was called during installation.
             assert su.execute("SELECT is_called FROM evil.hits").fetchone()[0] is False
+        # ... and it does: it resets a fence another role passed, and decides who passes them.
+        with connect("rel-bob", dbname=TRUSTED_DB, user="rel_bob") as bob:
+            bob.execute("SELECT advlock_fence('trusted', 'x', 5)")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                bob.execute("SELECT advlock_fence_reset('trusted', 'x')")
+        with connect("rel-dbowner", dbname=TRUSTED_DB, user=DBOWNER) as owner:
+            assert owner.execute("SELECT advlock_fence_reset('trusted', 'x')").fetchone()[0] == 5
+            owner.execute("REVOKE INSERT, UPDATE ON advlock_fences FROM PUBLIC")
+        with connect("rel-bob", dbname=TRUSTED_DB, user="rel_bob") as bob:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                bob.execute("SELECT advlock_fence('trusted', 'x', 6)")
         # And using it with a hostile search_path calls none of the lookalikes either.
         notices = run_victim_calls(TRUSTED_DB, "evil, public, pg_catalog", key)
         assert not [n.message_primary for n in notices if "hijacked" in (n.message_primary or "")]

@@ -154,3 +154,23 @@ def test_allow_on_standby_locks_are_standby_local(standby, key):
         a.close()
         b.close()
         primary.close()
+
+
+def test_fences_are_replicated_and_passed_only_on_the_primary(standby):
+    """A fence is a row of advlock_fences (docs/fences.md, "Durable"): passed on the primary, it
+    reaches the standby with the WAL, so a promoted standby refuses the same stale tokens; on the
+    standby itself nothing can pass a fence (a read-only transaction: 25006)."""
+    with connect("rel-fence-primary") as primary:
+        primary.execute("SELECT advlock_fence('standby-fence', 'ledger', 7)")
+        lsn = primary.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        try:
+            with standby_conn(standby, "rel-fence-standby") as conn:
+                wait_until(lambda: conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0],
+                           timeout=30, interval=0.05, what="the standby to replay the fence")
+                assert conn.execute("SELECT token FROM advlock_fences WHERE key = advlock_key('standby-fence', 'ledger')"
+                                    ).fetchone() == (7,)
+                with pytest.raises(psycopg.Error) as info:
+                    conn.execute("SELECT advlock_fence('standby-fence', 'ledger', 8)")
+                assert info.value.sqlstate == "25006", info.value.diag.message_primary
+        finally:
+            assert primary.execute("SELECT advlock_fence_reset('standby-fence', 'ledger')").fetchone()[0] == 7

@@ -64,6 +64,23 @@ CATALOG = {
           JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
           JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'advlock'
          ORDER BY 1""",
+    # Tables of the extension (advlock_fences): columns' privileges, owner, triggers, and which
+    # of them pg_dump dumps (pg_extension_config_dump).
+    "tables": """
+        SELECT c.relname, pg_get_userbyid(c.relowner),
+               (SELECT string_agg(a.attname || ' ' || coalesce(a.attacl::text, '-'), ', ' ORDER BY a.attnum)
+                  FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+               (SELECT string_agg(pg_get_triggerdef(t.oid), '; ' ORDER BY t.tgname)
+                  FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal),
+               (SELECT string_agg(pg_get_constraintdef(k.oid), '; ' ORDER BY k.conname)
+                  FROM pg_constraint k WHERE k.conrelid = c.oid)
+          FROM pg_class c
+          JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
+          JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'advlock'
+         WHERE c.relkind = 'r'
+         ORDER BY 1""",
+    "dumped": """
+        SELECT extconfig::regclass[]::text, extcondition FROM pg_extension WHERE extname = 'advlock'""",
     "members": """
         SELECT pg_describe_object(d.classid, d.objid, d.objsubid)
           FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'advlock'
@@ -146,6 +163,11 @@ def test_updated_extension_works(installed_archives):
             assert c.execute("SELECT advlock_try_with_timeout('rollup', 'nightly', 100)").fetchone()[0] is True
             row = c.execute("SELECT mode, granted FROM advlock_holders WHERE key = advlock_key('rollup', 'nightly')").fetchone()
             assert row == ("exclusive", True)
+        # Fences, new in 0.5.0: passed, then refused for a smaller token.
+        c.execute("SELECT advlock_fence('rollup', 'nightly', 2)")
+        with pytest.raises(psycopg.Error) as refused:
+            c.execute("SELECT advlock_fence('rollup', 'nightly', 1)")
+        assert refused.value.sqlstate == "LK001"
 
 
 def test_archived_scripts_match_what_is_installed():

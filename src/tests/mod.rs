@@ -5,6 +5,7 @@ mod diagnostics;
 mod key_sets;
 mod keys;
 mod preload;
+mod wait_events;
 
 use pgrx::prelude::*;
 

@@ -4,15 +4,21 @@
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
+# The repository's one bounded poll (pg_test/polling.py), shared with the server's suites.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "pg_test"))
+from polling import wait_until
+
+__all__ = ["wait_until"]
+
 DSN = os.environ.get("ADVLOCK_PY_DSN", "postgresql://postgres@127.0.0.1:5433/advlock_python")
-T = TypeVar("T")
 
 
 def connect(app: str = "advlock-test", **kw: Any) -> psycopg.Connection[Any]:
@@ -29,17 +35,6 @@ def advisory_locks(admin: psycopg.Connection[Any], pid: int | None = None) -> li
         (pid, pid),
     ).fetchall()
     return [tuple(r) for r in rows]
-
-
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def waiting(admin: psycopg.Connection[Any], pid: int) -> bool:
@@ -62,7 +57,7 @@ def _nothing_left(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every test must leave no advisory lock behind (a leak would be a bug in the package)."""
     yield
     with connect("advlock-test-check") as conn:
-        wait_until(lambda: not advisory_locks(conn), 5.0, f"{request.node.name} to leave no advisory lock")
+        wait_until(lambda: not advisory_locks(conn), 5.0, what=f"{request.node.name} to leave no advisory lock")
 
 
 def server_kind() -> str:

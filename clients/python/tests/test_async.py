@@ -126,7 +126,9 @@ async def _cancel_a_waiting_lock(
         ]
         # The backend is idle (or gone), not still running the wait, and the connection works.
         if reconnects:
-            wait_until(lambda: backend_state(admin, pid) is None, 5.0, "the invalidated connection's backend to end")
+            wait_until(
+                lambda: backend_state(admin, pid) is None, 5.0, what="the invalidated connection's backend to end"
+            )
         else:
             assert backend_state(admin, pid) == "idle"
         assert await query(conn, "SELECT 41 + 1") == 42

@@ -31,7 +31,7 @@ def _no_lease_left(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if server_kind() == "preloaded":
         with connect("advlock-test-check") as conn:
-            wait_until(lambda: not lease_rows(conn), 5.0, f"{request.node.name} to leave no row in advlock_leases")
+            wait_until(lambda: not lease_rows(conn), 5.0, what=f"{request.node.name} to leave no row in advlock_leases")
 
 
 def pool(size: int = 2, app: str = "lease-pool") -> psycopg_pool.ConnectionPool[Any]:
@@ -68,7 +68,7 @@ def renewed_by(admin: psycopg.Connection[Any], token: int, since: float) -> int:
         ).fetchone()
         return int(row[0]) if row else 0
 
-    return wait_until(fresh, 5.0, "a renewal")
+    return wait_until(fresh, 5.0, what="a renewal")
 
 
 # ---- take, renew on two backends, release -------------------------------------------------
@@ -123,7 +123,7 @@ def test_asyncpg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connect
 def test_sqlalchemy_engines_and_a_psycopg_connection(admin: psycopg.Connection[Any]) -> None:
     engine = create_engine(make_url(DSN).set(drivername="postgresql+psycopg"), pool_size=2)
     with advlock.lease(engine, "report", "sa", ttl=0.6, timeout=1.0) as lease:
-        wait_until(lambda: lease.renewals >= 2, 5.0, "two renewals")
+        wait_until(lambda: lease.renewals >= 2, 5.0, what="two renewals")
         assert row_of(admin, lease.token) is not None
     assert row_of(admin, lease.token) is None
     engine.dispose()
@@ -136,7 +136,7 @@ def test_sqlalchemy_engines_and_a_psycopg_connection(admin: psycopg.Connection[A
     async def main() -> None:
         aengine = create_async_engine(make_url(DSN).set(drivername="postgresql+asyncpg"))
         async with advlock.lease(aengine, "report", "sa", ttl=0.6, timeout=1.0) as lease:
-            await asyncio.to_thread(wait_until, lambda: lease.renewals >= 2, 5.0, "two renewals")
+            await asyncio.to_thread(wait_until, lambda: lease.renewals >= 2, 5.0, what="two renewals")
         assert row_of(admin, lease.token) is None
         await aengine.dispose()
 
@@ -242,7 +242,7 @@ def test_ttl_runs_out_while_renewals_are_blocked(admin: psycopg.Connection[Any])
         assert "PoolTimeout" in str(info.value) or "TimeoutError" in str(info.value)
         assert lease.lost is not None and lease.renewals == 0
         # Not released early (stopped at the renew deadline): it runs out on the server at its TTL.
-        wait_until(lambda: row_of(admin, lease.token) is None, 5.0, "the lease to expire on the server")
+        wait_until(lambda: row_of(admin, lease.token) is None, 5.0, what="the lease to expire on the server")
         await p.close()
 
     asyncio.run(main())
@@ -254,7 +254,7 @@ def test_sync_lost_lease_sets_lost_and_exit_raises(admin: psycopg.Connection[Any
         with pytest.raises(advlock.LeaseLost):
             with advlock.lease(p, "report", "daily", ttl=0.3, timeout=1.0) as lease:
                 release_all(admin)
-                wait_until(lambda: lease.lost is not None, 5.0, "the renewal thread to notice")
+                wait_until(lambda: lease.lost is not None, 5.0, what="the renewal thread to notice")
                 with pytest.raises(advlock.LeaseLost, match=rf"token {lease.token}\) was lost"):
                     lease.check()
 
@@ -333,7 +333,7 @@ async def _cancel_a_waiting_lease(source: Any, admin: psycopg.Connection[Any]) -
         with pytest.raises(asyncio.CancelledError):
             await task
         # No waiter left (the server-side wait was cancelled), the holder still holds.
-        await asyncio.to_thread(wait_until, lambda: not waiters(), 2.0, "the waiter row to go")
+        await asyncio.to_thread(wait_until, lambda: not waiters(), 2.0, what="the waiter row to go")
         assert [r[0] for r in lease_rows(admin)] == [held.token]
     # And the source is still usable: the key is free now.
     async with advlock.lease(source, "report", "daily", ttl=5.0, timeout=1.0) as lease:

@@ -209,7 +209,7 @@ def test_cancelled_async_session_lock_leaves_no_waiter(driver: Driver, admin: ps
             with pytest.raises(asyncio.CancelledError):
                 await task
             started = time.monotonic()
-            wait_until(lambda: backends(admin, "w") == [], 5.0, "the cancelled waiter's backend to end")
+            wait_until(lambda: backends(admin, "w") == [], 5.0, what="the cancelled waiter's backend to end")
             assert time.monotonic() - started < 5.0
             assert advisory_locks(admin) == [(held.pid, True, "ExclusiveLock", KEY)]
 

@@ -46,3 +46,29 @@ SELECT advlock_lease_release(NULL);
 SELECT advlock_lease_release(12345) AS unknown_id;
 -- The totals move with the calls above.
 SELECT capacity, held, waiting, granted >= 5 AS granted, released >= 4 AS released FROM advlock_lease_stats;
+
+-- advlock_lease_check (for a fenced write transaction): the lease's expires_at while it is
+-- held; LK002 once it was released or expired (the id masked in the message), or for an id
+-- never taken; 22004 for NULL. Without preload: 55000 naming advlock_lease_check.
+SET datestyle = ISO;
+CREATE FUNCTION pg_temp.check_error(lease bigint) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE st text; msg text; det text;
+BEGIN
+    PERFORM advlock_lease_check(lease);
+    RETURN 'held';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
+    RETURN st || ': ' || replace(msg, lease::text, '<lease>') || E'\n'
+              || regexp_replace(det, '\d{4}-\d\d-\d\d [0-9:.+-]+', '<time>');
+END $$;
+SELECT advlock_lease('report', 'checked', 60000, 0) AS checked \gset
+SELECT advlock_lease_check(:'checked') = expires_at AS returns_expiry FROM advlock_leases WHERE lease = :'checked';
+SELECT pg_temp.check_error(:'checked');
+SELECT advlock_lease_release(:'checked');
+SELECT pg_temp.check_error(:'checked');
+-- Expired: not renewed within its 1 ms TTL (its entry is not freed yet: nobody waits).
+SELECT advlock_lease('report', 'expiring', 1, 0) AS expiring \gset
+SELECT pg_sleep(0.05);
+SELECT pg_temp.check_error(:'expiring');
+SELECT pg_temp.check_error(12345);
+SELECT advlock_lease_check(NULL);

@@ -73,8 +73,6 @@ pub(super) fn sweep_due() -> bool {
     })
 }
 
-/// After a successful acquisition: record (or re-count) the label of an `(ns, id)` lock.
-/// Never fails and never waits; a no-op without preload or for bare keys.
 /// The label of an `(ns, id)` target, "ns:id", written into `buf` and clipped to LABEL_BYTES at
 /// a character boundary of the server encoding: (its length, the length of the ns part). (0, 0)
 /// for a bare key. Allocates nothing: it runs on every labelled acquisition.
@@ -92,6 +90,8 @@ pub fn label_text(target: &Target, buf: &mut [u8; LABEL_BYTES + 8]) -> (usize, u
     }
 }
 
+/// After a successful acquisition: record (or re-count) the label of an `(ns, id)` lock.
+/// Never fails and never waits; a no-op without preload or for bare keys.
 pub fn acquired(target: &Target, scope: Scope, mode: Mode) {
     if target.label.is_some() {
         record(target, scope, mode);

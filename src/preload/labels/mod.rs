@@ -1,6 +1,7 @@
 //! Labels (preloaded only): for every lock taken through an `(ns, id)` form, a shared-memory
 //! entry with the label `ns:id`, scope, acquiring backend and acquisition time, read by
-//! `advlock_labels()` and joined into `advlock_holders`.
+//! `advlock_labels()` and looked up, lock by lock, by `advlock_holder_entries()` (the rows of
+//! `advlock_holders`), `advlock_metrics()` and the reclaiming sweep.
 //!
 //! Layout: a fixed array of `advlock.max_labels` slots, a bitmap of the published ones (what
 //! readers scan), and a lock-free free list (a Treiber

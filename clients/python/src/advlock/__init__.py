@@ -4,11 +4,14 @@ Thin wrappers over the advlock extension's SQL functions: every wait is bounded 
 server, keys follow advlock's key spec v1, and the scope rules are enforced, not documented.
 """
 
-from ._api import AsyncXactLock, LockEntry, XactLock, holders, lock, lock_all, try_lock
+from ._api import AsyncXactLock, LockEntry, XactLock, fence, holders, lease_check, lock, lock_all, try_lock
+from ._election import Leader, Leadership, leader, observe
 from ._errors import (
     Error,
+    FenceRefused,
     Holder,
     LeaseLost,
+    LeaseNotHeld,
     LeasesUnavailable,
     LeaseTimeout,
     LockLost,
@@ -27,10 +30,14 @@ __all__ = [
     "AsyncHeldLock",
     "AsyncXactLock",
     "Error",
+    "FenceRefused",
     "HeldLock",
     "Holder",
+    "Leader",
+    "Leadership",
     "Lease",
     "LeaseLost",
+    "LeaseNotHeld",
     "LeaseTimeout",
     "LeasesUnavailable",
     "LockEntry",
@@ -43,11 +50,15 @@ __all__ = [
     "UnsafePooler",
     "XactLock",
     "__version__",
+    "fence",
     "holders",
     "key",
+    "leader",
     "lease",
+    "lease_check",
     "lock",
     "lock_all",
+    "observe",
     "session_lock",
     "try_lock",
 ]

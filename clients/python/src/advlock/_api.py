@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
@@ -10,8 +11,8 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, NoReturn, Protocol, TypeAlias, overload
 
-from ._drivers import AsyncAdapter, SyncAdapter, adapt, call_sql, check_schema
-from ._errors import NotInTransaction, as_lock_timeout
+from ._drivers import SCHEMA, AsyncAdapter, SyncAdapter, adapt, call_sql, check_schema
+from ._errors import Error, FenceRefused, LeaseNotHeld, NotInTransaction, as_lock_timeout, find_sqlstate, server_text
 from ._key import check_ns, id_text, key
 
 
@@ -59,16 +60,26 @@ def mode_of(shared: object) -> str:
     return "shared" if shared else "exclusive"
 
 
+_NEEDS_XACT = {
+    "fence": "records its token with the write transaction",
+    "lease_check": "checks the lease for the write transaction",
+}
+
+
+def _needs_xact(what: str) -> str:
+    return _NEEDS_XACT.get(what, "takes a transaction-scope lock")
+
+
 def _check_sync(adapter: SyncAdapter, what: str) -> None:
     problem = adapter.xact_problem()
     if problem is not None:
-        raise NotInTransaction(f"advlock.{what}() takes a transaction-scope lock, but {problem}")
+        raise NotInTransaction(f"advlock.{what}() {_needs_xact(what)}, but {problem}")
 
 
 async def _check_async(adapter: AsyncAdapter, what: str) -> None:
     problem = await adapter.xact_problem()
     if problem is not None:
-        raise NotInTransaction(f"advlock.{what}() takes a transaction-scope lock, but {problem}")
+        raise NotInTransaction(f"advlock.{what}() {_needs_xact(what)}, but {problem}")
 
 
 class _XactBase:
@@ -346,5 +357,89 @@ def holders(
 
     async def run(a: AsyncAdapter) -> list[LockEntry]:
         return [LockEntry(*row) for row in await a.query(sql, args)]
+
+    return run(adapter)
+
+
+_FENCE = "SELECT " + SCHEMA + "advlock_fence(CAST({} AS text), CAST({} AS text), CAST({} AS int8))"
+_LEASE_CHECK = "SELECT " + SCHEMA + "advlock_lease_check(CAST({} AS int8))"
+_PASSED = re.compile(r"token (\d+) has passed it")
+
+
+def _check_token(token: object, name: str = "token") -> int:
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise TypeError(f"{name} must be an int (a fencing token), got {type(token).__name__}")
+    if not 1 <= token <= 2**63 - 1:
+        raise ValueError(f"{name} must be a positive bigint (advlock's tokens are), got {token}")
+    return token
+
+
+def _fence_error(e: BaseException, token: int) -> Error | None:
+    refused = find_sqlstate(e, "LK001")
+    if refused is not None:
+        message, detail = server_text(refused)
+        m = _PASSED.search(message)
+        return FenceRefused(message, token, int(m.group(1)) if m else None, detail)
+    gone = find_sqlstate(e, "LK002")
+    if gone is not None:
+        message, detail = server_text(gone)
+        return LeaseNotHeld(message if not detail else f"{message}\nDETAIL: {detail}")
+    return None
+
+
+@overload
+def fence(conn: SyncConnection, ns: str, id: str | int = "", *, token: int, schema: str | None = None) -> None: ...
+@overload
+def fence(
+    conn: AsyncConnection, ns: str, id: str | int = "", *, token: int, schema: str | None = None
+) -> Awaitable[None]: ...
+def fence(
+    conn: SyncConnection | AsyncConnection, ns: str, id: str | int = "", *, token: int, schema: str | None = None
+) -> Awaitable[None] | None:
+    """Pass the fence of (ns, id) with `token` in the current write transaction
+    (advlock_fence): FenceRefused when a larger token has already passed it (a newer holder took
+    over: roll back), else the token is recorded with the transaction. Call it first in the
+    transaction, before the writes it protects. Await it on an asyncio connection."""
+    args = [check_ns(ns), id_text(id), _check_token(token)]
+    return _run_checked(conn, schema, "fence", _FENCE, args, token)
+
+
+@overload
+def lease_check(conn: SyncConnection, lease: int, *, schema: str | None = None) -> None: ...
+@overload
+def lease_check(conn: AsyncConnection, lease: int, *, schema: str | None = None) -> Awaitable[None]: ...
+def lease_check(
+    conn: SyncConnection | AsyncConnection, lease: int, *, schema: str | None = None
+) -> Awaitable[None] | None:
+    """Raise LeaseNotHeld (advlock_lease_check, LK002) unless the lease (its token) is still
+    held, inside the current transaction. Await it on an asyncio connection."""
+    token = _check_token(lease, "lease")
+    return _run_checked(conn, schema, "lease_check", _LEASE_CHECK, [token], token)
+
+
+def _run_checked(
+    conn: object, schema: str | None, what: str, sql: str, args: list[object], token: int
+) -> Awaitable[None] | None:
+    adapter = adapt(conn, check_schema(schema))
+    if isinstance(adapter, SyncAdapter):
+        _check_sync(adapter, what)
+        try:
+            adapter.query(sql, args)
+        except Exception as e:
+            mapped = _fence_error(e, token)
+            if mapped is None:
+                raise
+            raise mapped from e
+        return None
+
+    async def run(a: AsyncAdapter) -> None:
+        await _check_async(a, what)
+        try:
+            await a.query(sql, args)
+        except Exception as e:
+            mapped = _fence_error(e, token)
+            if mapped is None:
+                raise
+            raise mapped from e
 
     return run(adapter)

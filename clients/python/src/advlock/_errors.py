@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -63,6 +64,23 @@ class NotPreloaded(LeasesUnavailable):
     `shared_preload_libraries = 'advlock'` to postgresql.conf and restart PostgreSQL."""
 
 
+class FenceRefused(Error):
+    """advlock_fence refused this writer's token (SQLSTATE LK001): a larger token has already
+    passed the fence, so a newer holder has taken over. The transaction is aborted: roll it
+    back and stop writing. `token` is the refused token, `passed` the one that had passed."""
+
+    def __init__(self, message: str, token: int, passed: int | None, detail: str | None = None) -> None:
+        super().__init__(message if not detail else f"{message}\nDETAIL: {detail}")
+        self.token = token
+        self.passed = passed
+        self.detail = detail
+
+
+class LeaseNotHeld(LeaseLost):
+    """advlock_lease_check found the lease no longer held (SQLSTATE LK002) inside the writer's
+    transaction: it expired or was released. The transaction is aborted: roll it back."""
+
+
 class NotInstalled(Error):
     """Neither the advlock extension nor the SQL edition is installed in the database (and no
     schema= named where it is)."""
@@ -108,27 +126,43 @@ def parse_holders(detail: str | None) -> tuple[Holder, ...]:
 
 
 def as_lock_timeout(exc: BaseException) -> LockTimeout | None:
-    """The LockTimeout for a driver error that is (or wraps) SQLSTATE 55P03, else None.
+    """The LockTimeout for a driver error that is (or wraps) SQLSTATE 55P03, else None (psycopg
+    has .diag.message_detail, asyncpg .detail)."""
+    found: LockTimeout | None = None
+    for e in chain(exc):
+        if getattr(e, "sqlstate", None) == "55P03":
+            candidate = LockTimeout(*server_text(e))
+            if candidate.detail:
+                return candidate
+            found = found or candidate  # a wrapper without the DETAIL: keep looking for the original
+    return found
 
-    Drivers differ: psycopg has .sqlstate and .diag.message_detail, asyncpg .sqlstate and
-    .detail, SQLAlchemy wraps either in .orig (its asyncpg adapter chains the original as
-    __cause__). Walk the chain instead of importing any of them."""
+
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """exc and every error behind it: drivers differ (psycopg and asyncpg raise their own,
+    SQLAlchemy wraps either in .orig, and its asyncpg adapter chains the original as
+    __cause__), so walk them all instead of importing any driver."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
-    found: LockTimeout | None = None
     while todo:
         e = todo.pop()
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
-        if getattr(e, "sqlstate", None) == "55P03":
-            diag = getattr(e, "diag", None)
-            detail = getattr(diag, "message_detail", None) if diag is not None else getattr(e, "detail", None)
-            message = getattr(diag, "message_primary", None) if diag is not None else getattr(e, "message", None)
-            candidate = LockTimeout(str(message or e), detail if isinstance(detail, str) else None)
-            if candidate.detail:
-                return candidate
-            found = found or candidate  # a wrapper without the DETAIL: keep looking for the original
+        yield e
         orig = getattr(e, "orig", None)
         todo += [orig if isinstance(orig, BaseException) else None, e.__cause__, e.__context__]
-    return found
+
+
+def find_sqlstate(exc: BaseException, sqlstate: str) -> BaseException | None:
+    """The driver error with that SQLSTATE in exc's chain, or None."""
+    return next((e for e in chain(exc) if getattr(e, "sqlstate", None) == sqlstate), None)
+
+
+def server_text(e: BaseException) -> tuple[str, str | None]:
+    """(message, detail) of a psycopg or asyncpg error."""
+    diag = getattr(e, "diag", None)
+    if diag is not None:
+        return str(getattr(diag, "message_primary", None) or e), getattr(diag, "message_detail", None)
+    detail = getattr(e, "detail", None)
+    return str(getattr(e, "message", None) or e), detail if isinstance(detail, str) else None

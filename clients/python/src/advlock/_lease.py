@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from ._api import AsyncConnection, SyncConnection, timeout_ms
 from ._drivers import AsyncAdapter, Row, SyncAdapter, adapt, check_schema
-from ._errors import Holder, LeaseLost, LeasesUnavailable, LeaseTimeout, NotPreloaded
+from ._errors import Holder, LeaseLost, LeasesUnavailable, LeaseTimeout, NotPreloaded, chain
 from ._key import check_ns, id_text, key
 
 _INT4_MAX = 2**31 - 1
@@ -62,29 +63,29 @@ class _AsyncEngine(Protocol):
 LeaseSource: TypeAlias = _PsycopgPool | _AsyncpgPool | _Engine | _AsyncEngine | SyncConnection | AsyncConnection
 
 
+_LEASE_FUNCTIONS = re.compile(
+    r"advlock_(lease\w*|wait_lease|campaign|wait_campaign|leader|observe_leader|wait_leader|resign)\b"
+)
+
+
 def _unavailable(exc: BaseException) -> LeasesUnavailable | None:
     """NotPreloaded for 55000 (advlock not in shared_preload_libraries), LeasesUnavailable for
-    42883 on advlock_lease* (the SQL edition, or an extension older than leases), else None."""
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
+    42883 on a lease or election function (the SQL edition, or an extension older than them:
+    leases came in 0.4.0, elections in 0.5.0), else None."""
+    for e in chain(exc):
         state = getattr(e, "sqlstate", None)
         if state == "55000" and "shared_preload_libraries" in str(e):
             return NotPreloaded(
                 "leases need the advlock library preloaded: add advlock to shared_preload_libraries in "
                 f"postgresql.conf (shared_preload_libraries = 'advlock') and restart PostgreSQL (server: {e})"
             )
-        if state == "42883" and "advlock_lease" in str(e):
+        missing = _LEASE_FUNCTIONS.search(str(e)) if state == "42883" else None
+        if missing is not None:
             return LeasesUnavailable(
-                "this database has no advlock_lease(): leases need the advlock extension (the SQL edition has "
-                f"none), version with leases, preloaded via shared_preload_libraries (server: {e})"
+                f"this database has no {missing.group(0)}(): leases (and elections) need the advlock extension "
+                "(the SQL edition has none) in a version that has them (leases: 0.4.0, elections: 0.5.0), preloaded "
+                f"via shared_preload_libraries (server: {e})"
             )
-        orig = getattr(e, "orig", None)
-        todo += [orig if isinstance(orig, BaseException) else None, e.__cause__, e.__context__]
     return None
 
 
@@ -271,6 +272,9 @@ def _slots(slots: object) -> int:
     return slots
 
 
+_L = TypeVar("_L", bound="Lease")
+
+
 class Lease:
     """What lease() returns: `async with` on an asyncio source, `with` on a blocking one.
 
@@ -289,6 +293,12 @@ class Lease:
     On one psycopg connection (rather than a pool) the renewals share it with the body: psycopg
     runs them one at a time, inside the body's transaction if one is open (an aborted
     transaction makes them fail until the TTL runs out, and the lease is lost). Prefer a pool."""
+
+    # The statements of a lease (an election term overrides them: advlock.leader()).
+    _acquire_sql = _ACQUIRE
+    _wait_sql = _WAIT
+    _release_sql = _RELEASE
+    _what = "lease"
 
     def __init__(
         self,
@@ -357,12 +367,12 @@ class Lease:
         return f"advlock_key('{self.ns}', '{self.id}')"
 
     def _lost_error(self) -> LeaseLost:
-        return LeaseLost(f"the lease on {self._label()} (token {self.token}) was lost: {self.lost}")
+        return LeaseLost(f"the {self._what} on {self._label()} (token {self.token}) was lost: {self.lost}")
 
     def _timeout(self, rows: list[Row]) -> LeaseTimeout:
         held_by = "; ".join(f"PID {r[0]} (application_name {r[1]!r})" for r in rows)
         e = LeaseTimeout(
-            f"could not obtain a lease on key {self.key} = {self._label()} within {self.timeout_ms} ms"
+            f"could not obtain a {self._what} on key {self.key} = {self._label()} within {self.timeout_ms} ms"
             + (f" ({self.slots} slots)" if self.slots > 1 else "")
             + (f": held by {held_by}" if held_by else "")
         )
@@ -414,19 +424,19 @@ class Lease:
 
     # ---- asyncio -------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Lease:
+    async def __aenter__(self: _L) -> _L:
         self._enter_once()
         if not isinstance(self._runner, _AsyncRunner):
             raise TypeError("advlock.lease() on a blocking source: use `with`, not `async with`")
         runner = self._runner
         sent_at = time.monotonic()
         try:
-            token = self._granted(await runner.query(_ACQUIRE, self._acquire_args(0)))
+            token = self._granted(await runner.query(self._acquire_sql, self._acquire_args(0)))
             if token is None and self.timeout_ms > 0:
                 sent_at = time.monotonic()
-                called = await runner.call(_WAIT, self._wait_args())
+                called = await runner.call(self._wait_sql, self._wait_args())
                 if called is None:  # no connection outside a transaction: wait in the statement
-                    called = await runner.query(_ACQUIRE, self._acquire_args(self.timeout_ms))
+                    called = await runner.query(self._acquire_sql, self._acquire_args(self.timeout_ms))
                 token = self._granted(called)
             if token is None:
                 raise self._timeout(await runner.query(_WHO, [self.key]))
@@ -467,7 +477,7 @@ class Lease:
         assert isinstance(self._runner, _AsyncRunner)
         if self._stopped_at_deadline:
             return
-        released = (await self._runner.query(_RELEASE, [self.token]))[0][0]
+        released = (await self._runner.query(self._release_sql, [self.token]))[0][0]
         if not released:
             self._mark_lost(RuntimeError("advlock_lease_release found the lease already ended"))
 
@@ -486,19 +496,19 @@ class Lease:
 
     # ---- threads -------------------------------------------------------------------------
 
-    def __enter__(self) -> Lease:
+    def __enter__(self: _L) -> _L:
         self._enter_once()
         if not isinstance(self._runner, _SyncRunner):
             raise TypeError("advlock.lease() on an asyncio source: use `async with`")
         runner = self._runner
         sent_at = time.monotonic()
         try:
-            token = self._granted(runner.query(_ACQUIRE, self._acquire_args(0)))
+            token = self._granted(runner.query(self._acquire_sql, self._acquire_args(0)))
             if token is None and self.timeout_ms > 0:
                 sent_at = time.monotonic()
-                called = runner.call(_WAIT, self._wait_args())
+                called = runner.call(self._wait_sql, self._wait_args())
                 if called is None:  # no connection outside a transaction: wait in the statement
-                    called = runner.query(_ACQUIRE, self._acquire_args(self.timeout_ms))
+                    called = runner.query(self._acquire_sql, self._acquire_args(self.timeout_ms))
                 token = self._granted(called)
             if token is None:
                 raise self._timeout(runner.query(_WHO, [self.key]))
@@ -538,7 +548,7 @@ class Lease:
         if self._thread is not None:
             self._thread.join()
         assert isinstance(self._runner, _SyncRunner)
-        if not self._stopped_at_deadline and not self._runner.query(_RELEASE, [self.token])[0][0]:
+        if not self._stopped_at_deadline and not self._runner.query(self._release_sql, [self.token])[0][0]:
             self._mark_lost(RuntimeError("advlock_lease_release found the lease already ended"))
         if self.lost is not None:
             raise self._lost_error() from v
