@@ -16,6 +16,8 @@
 #      preloaded server (which keeps its mapped file and serves on)
 #   5. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
 #   5b. clients/python/run_tests.sh  the Python client: ruff, mypy --strict, pytest on a real instance
+#   5c. clients/node/run_tests.sh    the Node client: tsc --strict, ESLint, npm pack, node --test on real
+#      instances (extension, SQL edition, preloaded) and real PgBouncers
 #   6. pg_test/edition/run.sh        the SQL edition (edition/advlock_sql.sql) on every major:
 #      the same regress + isolation suites, key vectors, race stress, the docs' edition examples; its
 #      signatures and the move to the extension where the extension is installed
@@ -123,6 +125,11 @@ grep -q '^keys: ' "$keylog" || echo "keys 0 1" >>"$summary"
 # of PostgreSQL 17 with the extension installed above. Counted as python-client. ---
 section "Python client (clients/python)"
 bash "$repo/clients/python/run_tests.sh" || status=1
+
+# --- the Node client (clients/node): tsc --strict, ESLint, npm pack, node --test against its own
+# instances of PostgreSQL 17 with the extension installed above. Counted as node-client. ---
+section "Node client (clients/node)"
+bash "$repo/clients/node/run_tests.sh" || status=1
 
 # --- the SQL edition (pg_test/edition): regress, isolation, key vectors, grant/timeout race and
 # the docs' edition examples (README.md, docs/sql-edition.md) against edition/advlock_sql.sql in databases without the extension, on
