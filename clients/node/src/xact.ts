@@ -13,7 +13,7 @@ import {
   run,
   xactProblem,
 } from "./driver.js";
-import { NotInTransactionError, asLockTimeout } from "./errors.js";
+import { NotInTransactionError, asLockTimeout, sqlstate } from "./errors.js";
 import { type Id, checkNs, idText, key } from "./key.js";
 
 /** What withLock() and friends accept: a node-postgres Client, PoolClient or Pool, or a
@@ -83,10 +83,16 @@ function parse(options: unknown, what: string, timeoutRequired: boolean): Parsed
 /** Take the lock with `sql` on a connection in a transaction; 55P03 becomes LockTimeoutError. */
 async function lockOn(conn: unknown, kind: Kind, sql: string, args: unknown[], p: Parsed, cacheOn: object): Promise<Row[]> {
   const c = conn as PgClientLike | PostgresJsLike;
-  const prefix = await prefixFor(c, kind, p.schema, cacheOn);
   try {
+    const prefix = await prefixFor(c, kind, p.schema, cacheOn);
     return await run(c, kind, qualify(sql, prefix), args, p.signal);
   } catch (e) {
+    // node-postgres rejects a failed statement before the server's ReadyForQuery says the
+    // transaction is aborted, so a call right after it may still see "in a transaction": the
+    // server refuses the statement (25P02), and nothing was taken.
+    if (sqlstate(e) === "25P02") {
+      throw new NotInTransactionError("the transaction is aborted (a previous statement failed): roll it back first", { cause: e });
+    }
     throw asLockTimeout(e) ?? e;
   }
 }

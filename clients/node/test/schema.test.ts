@@ -55,8 +55,8 @@ for (const kind of ["extension", "edition"] as const) {
       assert.equal((await c.query("SELECT to_regproc('advlock_key') IS NULL AS missing")).rows[0].missing, true);
       const sent: string[] = [];
       const query = c.query.bind(c);
-      (c as unknown as { query: unknown }).query = (config: { text: string }, ...rest: never[]) => {
-        sent.push(config.text);
+      (c as unknown as { query: unknown }).query = (config: string | { text: string }, ...rest: never[]) => {
+        sent.push(typeof config === "string" ? config : config.text);
         return (query as (...a: unknown[]) => unknown)(config, ...rest);
       };
       await advlock.withLock(c, "account", 42, { timeoutMs: 1000 }, async () => {
