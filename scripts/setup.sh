@@ -43,6 +43,10 @@ command -v gpgv >/dev/null || need_apt+=(gpgv)
 command -v lintian >/dev/null || need_pg+=(lintian apt/bookworm apt-transport-https/bookworm)
 command -v sudo >/dev/null || need_apt+=(sudo)
 command -v pgbouncer >/dev/null || need_apt+=(pgbouncer)
+# clients/node (run_tests.sh, bench case 12): Node.js >= 20 and npm; bookworm's nodejs is 18, so
+# from trixie (20) when missing or older (run_tests.sh installs the npm packages itself).
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+{ [ "$node_major" -ge 20 ] && command -v npm >/dev/null; } || need_pg+=(nodejs npm)
 command -v clang >/dev/null || need_apt+=(clang libclang-dev)   # bindgen, used by pgrx-pg-sys
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v shellcheck >/dev/null || need_apt+=(shellcheck)   # scripts/lint.sh

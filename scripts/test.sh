@@ -19,6 +19,8 @@
 #   5b. clients/python/run_tests.sh  the Python client: ruff, mypy --strict, pytest on a real instance
 #   5c. clients/ruby/run_tests.sh    the Ruby client: gem build, minitest on a real instance (extension,
 #      SQL edition, preloaded; PgBouncer in every mode); its RuboCop runs in step 1
+#   5d. clients/node/run_tests.sh    the Node client: tsc --strict, ESLint, npm pack, node --test on real
+#      instances (extension, SQL edition, preloaded) and real PgBouncers
 #   6. pg_test/edition/run.sh        the SQL edition (edition/advlock_sql.sql) on every major:
 #      the same regress + isolation suites, key vectors, race stress, the docs' edition examples; its
 #      signatures and the move to the extension where the extension is installed
@@ -139,6 +141,11 @@ bash "$repo/clients/python/run_tests.sh" || status=1
 # PostgreSQL 17 with the extension installed above. Counted as ruby-client. ---
 section "Ruby client (clients/ruby)"
 bash "$repo/clients/ruby/run_tests.sh" || status=1
+
+# --- the Node client (clients/node): tsc --strict, ESLint, npm pack, node --test against its own
+# instances of PostgreSQL 17 with the extension installed above. Counted as node-client. ---
+section "Node client (clients/node)"
+bash "$repo/clients/node/run_tests.sh" || status=1
 
 # --- the SQL edition (pg_test/edition): regress, isolation, key vectors, grant/timeout race and
 # the docs' edition examples (README.md, docs/sql-edition.md) against edition/advlock_sql.sql in databases without the extension, on
