@@ -20,6 +20,15 @@ if [ "$major" != "$ADVLOCK_MAJOR" ]; then
 fi
 libdir=$("$PG_CONFIG" --pkglibdir)
 extdir=$("$PG_CONFIG" --sharedir)/extension
+# place SRC DIR MODE: written beside its destination, then renamed over it, so a running server
+# that has the old advlock.so mapped keeps that file (writing over it in place, as cp and install
+# do, changes the code under the server and can crash it); it loads the new one when restarted.
+place() {
+  tmp="$2/$(basename "$1").tmp.$$"
+  if ! { install -m "$3" "$1" "$tmp" && mv -f "$tmp" "$2/$(basename "$1")"; }; then
+    rm -f "$tmp"; echo "install.sh: could not install $2/$(basename "$1")" >&2; exit 1
+  fi
+}
 
 case ${1:-} in
   --uninstall)
@@ -27,8 +36,9 @@ case ${1:-} in
     for f in "$here"/extension/*; do rm -f "$extdir/$(basename "$f")"; done
     echo "advlock $ADVLOCK_VERSION removed from $libdir and $extdir" ;;
   "")
-    install -m 755 "$here/lib/advlock.so" "$libdir/advlock.so"
-    install -m 644 "$here"/extension/* "$extdir/"
+    place "$here/lib/advlock.so" "$libdir" 755
+    for f in "$here"/extension/*.sql; do place "$f" "$extdir" 644; done
+    place "$here/extension/advlock.control" "$extdir" 644
     echo "advlock $ADVLOCK_VERSION installed into $libdir and $extdir"
     echo "next: CREATE EXTENSION advlock;  (and, for labels and statistics, shared_preload_libraries = 'advlock')" ;;
   *) echo "usage: [PG_CONFIG=...] $0 [--uninstall]" >&2; exit 2 ;;

@@ -6,7 +6,8 @@
 # promtool and postgres_exporter (bookworm's prometheus packages, for the monitoring suite), the
 # packaging tools (lintian, a bookworm glibc sysroot to link against), the release tools (apt-utils, gnupg, debootstrap),
 # cargo-pgrx 0.18.1, `cargo pgrx init` for every major, and a
-# Python virtual environment for the real-driver suites.
+# Python virtual environment for the real-driver suites, and Ruby with ruby-pg, ActiveRecord,
+# minitest and RuboCop (the Ruby client, clients/ruby).
 # ADVLOCK_PG_MAJORS="15 17" (space separated) limits the majors; the default major
 # (ADVLOCK_DEFAULT_MAJOR in scripts/majors.sh) is always set up.
 # Idempotent: every step checks before it acts, so a second run takes seconds.
@@ -42,9 +43,17 @@ command -v gpgv >/dev/null || need_apt+=(gpgv)
 command -v lintian >/dev/null || need_pg+=(lintian apt/bookworm apt-transport-https/bookworm)
 command -v sudo >/dev/null || need_apt+=(sudo)
 command -v pgbouncer >/dev/null || need_apt+=(pgbouncer)
+# clients/node (run_tests.sh, bench case 12): Node.js >= 20 and npm; bookworm's nodejs is 18, so
+# from trixie (20) when missing or older (run_tests.sh installs the npm packages itself).
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+{ [ "$node_major" -ge 20 ] && command -v npm >/dev/null; } || need_pg+=(nodejs npm)
 command -v clang >/dev/null || need_apt+=(clang libclang-dev)   # bindgen, used by pgrx-pg-sys
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v shellcheck >/dev/null || need_apt+=(shellcheck)   # scripts/lint.sh
+# clients/ruby: Ruby with the pg gem, ActiveRecord and minitest for its tests, RuboCop for scripts/lint.sh.
+for pkg in ruby ruby-pg ruby-activerecord ruby-minitest rubocop; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
+done
 # pg_test/monitoring: promtool (prometheus) checks the alert rules, a real postgres_exporter
 # (0.11.1 in bookworm) scrapes the test cluster with monitoring/postgres_exporter/queries.yaml,
 # and a real Prometheus server (the same package) runs the Grafana dashboard's queries.

@@ -2,7 +2,8 @@
 # advlock's test command: installs what is missing (scripts/setup.sh), then runs every suite,
 # in this order (DEFAULT: ADVLOCK_DEFAULT_MAJOR of scripts/majors.sh, 17):
 #   1. scripts/lint.sh               first and fast: cargo fmt --check, clippy -D warnings,
-#      ShellCheck, ruff (counted as lint)
+#      ShellCheck, ruff, one version (scripts/versions.py), actionlint (counted as lint)
+#   1b. pg_test/release/versions.sh  one version: versions.py and release.sh refuse a mismatch
 #   2. cargo pgrx test pgDEFAULT     in-database #[pg_test]s and Rust unit tests
 #      (preloaded, then again with ADVLOCK_PGRX_PRELOAD=off)
 #   3. pg_test/run.sh                (after scripts/install_ext.sh into DEFAULT) pg_regress,
@@ -16,11 +17,17 @@
 #      preloaded server (which keeps its mapped file and serves on)
 #   5. docs/keys/verify/run.sh       the client key snippets against the vectors (toolchains present)
 #   5b. clients/python/run_tests.sh  the Python client: ruff, mypy --strict, pytest on a real instance
+#   5c. clients/ruby/run_tests.sh    the Ruby client: gem build, minitest on a real instance (extension,
+#      SQL edition, preloaded; PgBouncer in every mode); its RuboCop runs in step 1
+#   5d. clients/node/run_tests.sh    the Node client: tsc --strict, ESLint, npm pack, node --test on real
+#      instances (extension, SQL edition, preloaded) and real PgBouncers
 #   6. pg_test/edition/run.sh        the SQL edition (edition/advlock_sql.sql) on every major:
 #      the same regress + isolation suites, key vectors, race stress, the docs' edition examples; its
 #      signatures and the move to the extension where the extension is installed
 #   7. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
 #   8. the other majors (15, 16, 18): cargo pgrx test pgNN, preloaded and not
+#   8b. pg_test/source/run.sh        scripts/install-from-source.sh as documented, built from an
+#      empty target directory, into 18's wheel tree and Debian's 15, a smoke test on each
 #   9. scripts/package.sh            .deb + tarball for every major (lintian errors fail it)
 #  10. pg_test/package/run.sh        per major: remove the build's install, install the package
 #      (dpkg -i on 15/17, whose servers are Debian's; the tarball's install.sh on 16/18, whose
@@ -52,6 +59,11 @@ section() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
 
 section "lints (scripts/lint.sh)"
 "$here/lint.sh" || status=1
+
+# One version: scripts/versions.py and scripts/release.sh's refusal, on copies made to disagree
+# (the lint above checks the repository itself). Counted as versions.
+section "one version (pg_test/release/versions.sh)"
+"$repo/pg_test/release/versions.sh" || status=1
 
 section "cargo pgrx test pg$default"
 pgdata=/tmp/advlock-pgrx-test
@@ -105,7 +117,8 @@ if "$here/install_ext.sh" "$PG_CONFIG" >"$log" 2>&1; then
   section "the fast loop (CONTRIBUTING.md), as written"
   "$repo/pg_test/fast_loop.sh" || status=1
   # The install above, again, under a preloaded server holding a lock: the server keeps its
-  # mapped library and serves on (counted as install-atomic). It leaves a stripped build installed.
+  # mapped library and serves on; then the tarball's install.sh the same way, which puts this
+  # build back (counted as install-atomic).
   section "scripts/install_ext.sh under a running, preloaded server"
   "$repo/pg_test/install/run.sh" || status=1
 else
@@ -123,6 +136,16 @@ grep -q '^keys: ' "$keylog" || echo "keys 0 1" >>"$summary"
 # of PostgreSQL 17 with the extension installed above. Counted as python-client. ---
 section "Python client (clients/python)"
 bash "$repo/clients/python/run_tests.sh" || status=1
+
+# --- the Ruby client (clients/ruby): gem build, minitest against its own instances of
+# PostgreSQL 17 with the extension installed above. Counted as ruby-client. ---
+section "Ruby client (clients/ruby)"
+bash "$repo/clients/ruby/run_tests.sh" || status=1
+
+# --- the Node client (clients/node): tsc --strict, ESLint, npm pack, node --test against its own
+# instances of PostgreSQL 17 with the extension installed above. Counted as node-client. ---
+section "Node client (clients/node)"
+bash "$repo/clients/node/run_tests.sh" || status=1
 
 # --- the SQL edition (pg_test/edition): regress, isolation, key vectors, grant/timeout race and
 # the docs' edition examples (README.md, docs/sql-edition.md) against edition/advlock_sql.sql in databases without the extension, on
@@ -161,6 +184,17 @@ for major in "${majors[@]}"; do
   section "cargo pgrx test pg$major, not preloaded"
   ADVLOCK_PGRX_PRELOAD=off pgrx_pass "pg$major-pgrx-nopre" "$major"
 done
+
+# --- the from-source install (scripts/install-from-source.sh), as a DBA runs it: into the wheel
+# tree of 18 (not Debian's layout) and Debian's 15, each a release build in an empty target
+# directory (nothing of the builds above reused), then a smoke test on each; and what it
+# refuses (no Rust, PostgreSQL 14, no server headers). Counted as source-refusals, pgNN-source. ---
+source_majors=()
+for major in 18 15; do [[ " ${majors[*]} " == *" $major "* ]] && source_majors+=("$major"); done
+if [ ${#source_majors[@]} -gt 0 ]; then
+  section "install from source: PostgreSQL ${source_majors[*]}"
+  "$repo/pg_test/source/run.sh" "${source_majors[@]}" || status=1
+fi
 
 # --- packages, installed as a DBA would, per major ---
 section "packages (scripts/package.sh)"

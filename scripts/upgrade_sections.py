@@ -36,9 +36,10 @@ if version == "0.5.0":
     # What 0.5.0 adds to 0.4.0's SQL objects, in install order: the C functions pgrx generates
     # (their CREATE FUNCTION blocks, from the schema) and the hand-written SQL files of new
     # objects (whole files). Objects 0.4.0 had and 0.5.0 changes are replaced in place here too.
-    NEW_FUNCTIONS = ("advlock_lease_expiry", "advlock_campaign", "advlock_leader", "advlock_observe_leader",
-                     "advlock_resign", "advlock_lease_candidates", "advlock_term_stats")
-    NEW_SQL_FILES = ("sql/fence.sql", "sql/fence_table.sql", "sql/lease_check.sql")
+    # advlock_metrics(): one more column (idle_terminations); the header drops it and its view.
+    NEW_FUNCTIONS = ("advlock_lease_expiry", "advlock_metrics", "advlock_campaign", "advlock_leader",
+                     "advlock_observe_leader", "advlock_resign", "advlock_lease_candidates", "advlock_term_stats")
+    NEW_SQL_FILES = ("sql/fence.sql", "sql/fence_table.sql", "sql/lease_check.sql", "sql/metrics.sql")
     VIEW_FILES = ("sql/holders.sql", "sql/stats.sql", "sql/metrics.sql", "sql/leases.sql", "sql/lock_table.sql")
     functions = function_blocks(NEW_FUNCTIONS) if NEW_FUNCTIONS else []
     files = [(repo / f).read_text() for f in NEW_SQL_FILES]

@@ -11,7 +11,10 @@ Read:
                    (the one place; pyproject.toml then declares the version dynamic), else
                    clients/python/pyproject.toml [project] version; and a literal __version__
                    in the package's __init__.py, if it has one
-  other clients    clients/*/package.json "version", clients/*/Cargo.toml [package] version,
+  Ruby gems        clients/*/lib/*/version.rb VERSION (a client with a *.gemspec; the gemspec
+                   reads it from there)
+  other clients    clients/*/package.json "version" (and the Node client's `export const version`
+                   in src/index.ts), clients/*/Cargo.toml [package] version,
                    clients/*/pyproject.toml [project] version (a client this script cannot read
                    a version from is an error: teach it here)
 
@@ -63,6 +66,13 @@ def main():
             versions += python_versions(client)
         elif (client / "package.json").is_file():
             versions.append((client / "package.json", json.loads((client / "package.json").read_text()).get("version")))
+            index = client / "src" / "index.ts"   # the Node client's `version` export, if it has one
+            if index.is_file() and (v := literal(index, r'^export const version = "([^"]+)";')) is not None:
+                versions.append((index, v))
+        elif list(client.glob("*.gemspec")):
+            # A gem: its gemspec reads lib/NAME/version.rb, the one place (VERSION = "x.y.z").
+            for v in sorted(client.glob("lib/*/version.rb")) or [client / "lib"]:
+                versions.append((v, literal(v, r'^\s*VERSION\s*=\s*["\']([^"\']+)["\']') if v.is_file() else None))
         elif (client / "Cargo.toml").is_file():
             versions.append((client / "Cargo.toml", tomllib.loads((client / "Cargo.toml").read_text())["package"].get("version")))
         else:

@@ -7,6 +7,11 @@
 -- feed advlock_lease_expiry.
 -- The generated section and the comments after it are written by scripts/upgrade_sections.py 0.5.0.
 
+-- advlock_metrics gains idle_terminations (advlock.idle_session_lock_timeout): its feed returns
+-- one more column, so the view and its function are made anew in the generated section.
+DROP VIEW @extschema@.advlock_metrics;
+DROP FUNCTION @extschema@.advlock_metrics();
+
 -- <generated: new objects>
 -- advlock::election::advlock_campaign
 CREATE  FUNCTION "advlock_campaign"(
@@ -107,6 +112,30 @@ CREATE  FUNCTION "advlock_lease_expiry"(
 VOLATILE PARALLEL RESTRICTED
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'advlock_lease_expiry_wrapper';
+
+-- advlock::metrics::advlock_metrics
+CREATE  FUNCTION "advlock_metrics"() RETURNS TABLE (
+	"ns" text,  /* Option < ServerTextOut > */
+	"holders" INT,  /* i32 */
+	"locks" INT,  /* i32 */
+	"leaked_holders" INT,  /* i32 */
+	"leaked_locks" INT,  /* i32 */
+	"idle_in_transaction_holders" INT,  /* i32 */
+	"hidden_holders" INT,  /* i32 */
+	"waiters" INT,  /* i32 */
+	"oldest_wait_seconds" double precision,  /* Option < f64 > */
+	"oldest_hold_seconds" double precision,  /* Option < f64 > */
+	"acquisitions" bigint,  /* Option < i64 > */
+	"immediate" bigint,  /* Option < i64 > */
+	"waits" bigint,  /* Option < i64 > */
+	"timeouts" bigint,  /* Option < i64 > */
+	"wait_seconds" double precision,  /* Option < f64 > */
+	"preloaded" bool,  /* bool */
+	"idle_terminations" bigint  /* Option < i64 > */
+)
+STRICT VOLATILE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'advlock_metrics_wrapper';
 
 -- advlock::election::advlock_observe_leader
 CREATE  FUNCTION "advlock_observe_leader"(
@@ -531,6 +560,21 @@ BEGIN
     RETURN expires;
 END
 $fn$;
+
+-- advlock_metrics: what an exporter scrapes every 15-60 s (monitoring/postgres_exporter).
+-- Computed in Rust (src/metrics.rs): one row per namespace plus the unknown-namespace row.
+CREATE VIEW @extschema@.advlock_metrics AS
+SELECT m.ns, m.holders, m.locks, m.leaked_holders, m.leaked_locks, m.idle_in_transaction_holders,
+       m.hidden_holders, m.waiters, m.oldest_wait_seconds, m.oldest_hold_seconds,
+       m.acquisitions, m.immediate, m.waits, m.timeouts, m.wait_seconds, m.preloaded,
+       m.idle_terminations
+  FROM @extschema@.advlock_metrics() m;
+
+-- Readable by everyone, like advlock_holders; what it counts as hidden depends on the caller.
+GRANT SELECT ON @extschema@.advlock_metrics TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.advlock_metrics IS
+  'advlock: gauges per namespace (holders, leaked and idle-in-transaction holders, hidden holders, waiters, oldest wait and hold) and, preloaded, the acquisition counters; for exporters';
 
 -- requires:
 --   snapshot_free_wait

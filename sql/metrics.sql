@@ -3,7 +3,8 @@
 CREATE VIEW @extschema@.advlock_metrics AS
 SELECT m.ns, m.holders, m.locks, m.leaked_holders, m.leaked_locks, m.idle_in_transaction_holders,
        m.hidden_holders, m.waiters, m.oldest_wait_seconds, m.oldest_hold_seconds,
-       m.acquisitions, m.immediate, m.waits, m.timeouts, m.wait_seconds, m.preloaded
+       m.acquisitions, m.immediate, m.waits, m.timeouts, m.wait_seconds, m.preloaded,
+       m.idle_terminations
   FROM @extschema@.advlock_metrics() m;
 
 -- Readable by everyone, like advlock_holders; what it counts as hidden depends on the caller.

@@ -44,7 +44,7 @@ impl Report {
 /// argument) is Rust text, UTF-8. In a database of another encoding (EUC_JP, LATIN1, ...; not
 /// SQL_ASCII, which passes bytes on) its non-ASCII characters are written as \uXXXX escapes, as
 /// `ServerText::display` does for arguments, instead of bytes that are invalid or wrong there.
-fn for_server(text: String) -> String {
+pub(crate) fn for_server(text: String) -> String {
     if text.is_ascii() || !crate::server_text::needs_conversion() {
         return text;
     }

@@ -9,6 +9,10 @@ pub static IDLE_THRESHOLD_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 /// primary; acquisition refuses there unless this is on.
 pub static ALLOW_ON_STANDBY: GucSetting<bool> = GucSetting::<bool>::new(false);
 
+/// A backend idle outside a transaction for longer than this while holding a session-level
+/// advisory lock is terminated (src/idle_lock_timeout.rs). Milliseconds; 0 (the default) is off.
+pub static IDLE_SESSION_LOCK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
+
 /// Preloaded only: label entries in shared memory (one per backend, key and mode held
 /// through an `(ns, id)` form). When full, locks are still taken; advlock_stats_info counts them.
 pub static MAX_LABELS: GucSetting<i32> = GucSetting::<i32>::new(4096);
@@ -27,6 +31,16 @@ pub fn init(preloading: bool) {
         c"Idle time after which a backend holding advisory locks is reported as an idle holder (a likely leak).",
         c"Used by advlock_holders.is_idle_holder, advlock_idle_holders() and advlock_leak_count().",
         &IDLE_THRESHOLD_MS,
+        0,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"advlock.idle_session_lock_timeout",
+        c"Terminates a session idle outside a transaction for longer than this while it holds a session-level advisory lock; 0 is off.",
+        c"Releases leaked session locks (a pooled connection returned with a lock). Set it to 0 on a connection that holds a lock on purpose while idle (a leader, a migration runner).",
+        &IDLE_SESSION_LOCK_TIMEOUT_MS,
         0,
         i32::MAX,
         GucContext::Userset,

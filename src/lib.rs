@@ -12,6 +12,7 @@ mod errors;
 mod fencing;
 mod gucs;
 mod holding;
+mod idle_lock_timeout;
 mod key_entry;
 mod key_set;
 mod keys;
@@ -43,6 +44,7 @@ pub extern "C-unwind" fn _PG_init() {
     // The settings first: the shared-memory sizes read the capacity settings.
     gucs::init(preload::shmem::preloading());
     lockmgr::install_log_hook();
+    idle_lock_timeout::init();
     preload::init();
 }
 

@@ -99,7 +99,9 @@ fn seconds_since(now: pg_sys::TimestampTz, t: Option<pg_sys::TimestampTz>) -> Op
 /// lock without preload), so every gauge exists, at 0, when nothing is held. Holders are
 /// backends; leaked holders are idle (outside any transaction) for at least
 /// advlock.idle_threshold; hidden holders are those whose activity the caller may not see.
-/// The counters and oldest_hold_seconds need shared_preload_libraries (NULL otherwise).
+/// The counters and oldest_hold_seconds need shared_preload_libraries (NULL otherwise);
+/// idle_terminations counts sessions advlock.idle_session_lock_timeout ended while they held a
+/// lock of the namespace.
 #[pg_extern(volatile, parallel_restricted)]
 #[allow(clippy::type_complexity)]
 fn advlock_metrics() -> TableIterator<
@@ -121,6 +123,7 @@ fn advlock_metrics() -> TableIterator<
         name!(timeouts, Option<i64>),
         name!(wait_seconds, Option<f64>),
         name!(preloaded, bool),
+        name!(idle_terminations, Option<i64>),
     ),
 > {
     let threshold_us = idle_threshold_micros(None, "advlock_metrics");
@@ -203,6 +206,7 @@ fn advlock_metrics() -> TableIterator<
             preloaded.then(|| c.map_or(0, |c| c.timeouts as i64)),
             preloaded.then(|| c.map_or(0.0, |c| c.wait_us as f64 / 1e6)),
             preloaded,
+            preloaded.then(|| c.map_or(0, |c| c.idle_terminations as i64)),
         )
     }))
 }

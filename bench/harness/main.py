@@ -14,7 +14,7 @@ import time
 import traceback
 
 from . import (case_acquire, case_edition, case_election, case_fence, case_handoff, case_holders, case_keys,
-               case_keysets, case_leases, case_preload, case_timeout, case_tokens)
+               case_keysets, case_leases, case_node, case_preload, case_timeout, case_tokens)
 from .common import Ctx, HarnessError, log, md_table
 
 CASES = [
@@ -29,7 +29,8 @@ CASES = [
     ("9", "SQL edition vs extension: keys and uncontended acquire", case_edition),
     ("10", "Leases: cost, hand-off on release and on expiry, memory", case_leases),
     ("11", "Fences: advlock_fence vs the single-row upsert it replaces", case_fence),
-    ("12", "Leader election: observer wake latency on resignation, grant and expiry", case_election),
+    ("12", "Node client: withLock vs the same SQL by hand", case_node),
+    ("13", "Leader election: observer wake latency on resignation, grant and expiry", case_election),
 ]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

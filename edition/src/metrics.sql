@@ -51,9 +51,25 @@ BEGIN
 END
 $fn$;
 
+-- 0.5.0 added idle_terminations to advlock_metrics(): a re-run over an older edition drops the
+-- old function and its view first (CREATE OR REPLACE cannot change a result type); the view
+-- is made again below.
+DO $do$
+BEGIN
+    IF to_regprocedure('@extschema@.advlock_metrics()') IS NOT NULL
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_proc p
+                        WHERE p.oid OPERATOR(pg_catalog.=) to_regprocedure('@extschema@.advlock_metrics()')
+                          AND 'idle_terminations' OPERATOR(pg_catalog.=) ANY (p.proargnames)) THEN
+        DROP VIEW IF EXISTS @extschema@.advlock_metrics;
+        DROP FUNCTION @extschema@.advlock_metrics();
+    END IF;
+END
+$do$;
+
 -- The rows of the advlock_metrics view, as the extension without shared_preload_libraries
 -- returns them: one row, ns NULL (no namespace is known), the counters and oldest_hold_seconds
--- NULL, preloaded false. Holders are backends (a prepared transaction counts as pid 0).
+-- NULL, preloaded false, idle_terminations NULL. Holders are backends (a prepared transaction
+-- counts as pid 0).
 CREATE OR REPLACE FUNCTION @extschema@.advlock_metrics()
 RETURNS TABLE(ns pg_catalog.text, holders pg_catalog.int4, locks pg_catalog.int4,
               leaked_holders pg_catalog.int4, leaked_locks pg_catalog.int4,
@@ -61,7 +77,8 @@ RETURNS TABLE(ns pg_catalog.text, holders pg_catalog.int4, locks pg_catalog.int4
               waiters pg_catalog.int4, oldest_wait_seconds pg_catalog.float8,
               oldest_hold_seconds pg_catalog.float8, acquisitions pg_catalog.int8,
               immediate pg_catalog.int8, waits pg_catalog.int8, timeouts pg_catalog.int8,
-              wait_seconds pg_catalog.float8, preloaded pg_catalog.bool)
+              wait_seconds pg_catalog.float8, preloaded pg_catalog.bool,
+              idle_terminations pg_catalog.int8)
 LANGUAGE sql VOLATILE STRICT PARALLEL RESTRICTED   -- STRICT as the extension's (pgrx marks argument-less functions so)
 BEGIN ATOMIC
     WITH params AS MATERIALIZED (
@@ -98,7 +115,8 @@ BEGIN ATOMIC
            NULL::pg_catalog.float8,
            NULL::pg_catalog.int8, NULL::pg_catalog.int8, NULL::pg_catalog.int8, NULL::pg_catalog.int8,
            NULL::pg_catalog.float8,
-           false
+           false,
+           NULL::pg_catalog.int8   -- advlock.idle_session_lock_timeout is the extension's only
       FROM params p
       LEFT JOIN entries e ON true
      GROUP BY p.now;

@@ -240,7 +240,7 @@ def test_readme_stays_under_40_kb():
     """The README is for users and stays short: details go to docs/, maintainers' material to
     CONTRIBUTING.md."""
     size = dx.README.stat().st_size
-    assert size <= 40 * 1024, f"README.md is {size} bytes, over 40 KB: move details to docs/"
+    assert size <= 40_000, f"README.md is {size} bytes, over 40 KB (40,000 bytes): move details to docs/"
 
 
 def test_release_version_strings_are_the_current_version():

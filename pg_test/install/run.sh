@@ -5,7 +5,8 @@
 # server's mapped file alone (a new file renamed over the name: the old one shows as deleted in
 # the postmaster's mappings) and the server serving: the postmaster alive, no backend killed by
 # a signal, the holding session still answering and still holding, a new connection able to
-# CREATE EXTENSION and compute a key; after a restart the server maps the new file.
+# CREATE EXTENSION and compute a key; after a restart the server maps the new file. Then the
+# tarball's installer (packaging/install.sh) puts the first build back the same way.
 # Writes "install-atomic passed failed" to $ADVLOCK_SUMMARY.
 # Usage: pg_test/install/run.sh   (ADVLOCK_PG_MAJOR; ADVLOCK_INSTALL_TEST_PORT, default 5483)
 # shellcheck source-path=SCRIPTDIR
@@ -37,6 +38,7 @@ so="$("$PG_CONFIG" --pkglibdir)/advlock.so"
 psql_() { as_postgres "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$work" -p "$port" -U postgres "$@"; }
 
 "$repo/scripts/install_ext.sh" "$PG_CONFIG" >"$work/install-1.log" 2>&1 || { tail -20 "$work/install-1.log"; fail_now "scripts/install_ext.sh (the first build)"; }
+cp "$so" "$work/first.so"   # for the tarball installer's turn below
 instance_start "$work" "$port" "shared_preload_libraries = 'advlock'" || fail_now "start PostgreSQL $ADVLOCK_PG_MAJOR preloaded"
 postmaster=$(head -1 "$work/data/postmaster.pid")
 old_inode=$(stat -c %i "$so") old_sum=$(sha256sum <"$so")
@@ -78,4 +80,21 @@ postmaster=$(head -1 "$work/data/postmaster.pid")
 check "after a restart the postmaster maps the new library" mapped
 works() { [ "$(psql_ -d after_install -c "SELECT advlock_try_with_timeout(1, 0, scope => 'session')")" = t ]; }
 check "and advlock works" works
+
+# The tarball's installer (packaging/install.sh) the same way: the first build back, over the
+# stripped one the restarted server now maps.
+extdir="$("$PG_CONFIG" --sharedir)/extension"
+mkdir -p "$work/tree/lib" "$work/tree/extension"
+cp "$work/first.so" "$work/tree/lib/advlock.so"
+cp "$extdir/advlock.control" "$extdir"/advlock--*.sql "$work/tree/extension/"
+sed "s/^ADVLOCK_MAJOR=.*/ADVLOCK_MAJOR=$ADVLOCK_PG_MAJOR/" "$repo/packaging/install.sh" >"$work/tree/install.sh"
+old_inode=$(stat -c %i "$so")
+tarball_install() { PG_CONFIG="$PG_CONFIG" sh "$work/tree/install.sh" >"$work/install-3.log" 2>&1; }
+check "packaging/install.sh installs while the server runs" tarball_install
+check "it too put a new file in place (another inode, the first build's contents)" \
+  bash -c "[ \"\$(stat -c %i '$so')\" != '$old_inode' ] && cmp -s '$so' '$work/first.so'"
+check "the postmaster still maps the file it loaded (now unlinked)" kept
+key_works() { [ "$(psql_ -d after_install -c "SELECT advlock_key('rollup', 'nightly')")" = 2132624222628149741 ]; }
+check "a new connection computes a key" key_works
+check "the postmaster is the same process, still running" kill -0 "$postmaster"
 [ "$failed" -eq 0 ]

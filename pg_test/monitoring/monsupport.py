@@ -58,6 +58,7 @@ EXPECTED_METRICS = {
     "advlock_waits_total": "counter",
     "advlock_timeouts_total": "counter",
     "advlock_wait_seconds_total": "counter",
+    "advlock_idle_terminations_total": "counter",
     "advlock_preloaded": "gauge",
 }
 COUNTERS = [m for m, t in EXPECTED_METRICS.items() if t == "counter"]

@@ -7,7 +7,7 @@ from monsupport import PROMTOOL_BIN, RULES_DIR
 
 RULES = RULES_DIR / "advlock-rules.yml"
 TESTS = RULES_DIR / "advlock-rules.test.yml"
-ALERTS = ["AdvlockLeasesExpiring", "AdvlockLeakedLock", "AdvlockWaitersPilingUp", "AdvlockOldestWaitTooOld",
+ALERTS = ["AdvlockLeasesExpiring", "AdvlockLeakedLock", "AdvlockIdleSessionLocksCleared", "AdvlockWaitersPilingUp", "AdvlockOldestWaitTooOld",
           "AdvlockTimeoutsRising", "AdvlockHiddenHolders", "AdvlockAdvisoryLocksFillLockTable",
           "AdvlockLockTableNearlyFull", "AdvlockLeaseTableNearlyFull", "AdvlockLabelTableNearlyFull",
           "AdvlockStatsTableNearlyFull", "AdvlockMetricsMissing"]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The release as a DBA gets it. With a throwaway signing key (and a second, wrong one):
 #   1. scripts/release.sh writes the release directory from the packages in target/packages;
-#      its files, checksums, signatures and apt indexes are checked ("release-dir")
+#      its files, checksums, signatures and apt indexes are checked, and the README's tarball
+#      verification runs as written (readme_verify.sh) ("release-dir")
 #   2. pg_test/release/install.sh in clean Debian systems (debootstrap, cached): PostgreSQL 15
 #      on bookworm, 17 on trixie, 18 on forky, each Debian's own server
 #   3. pg_test/release/upgrade.sh: apt-get upgrade from the previous release on trixie (17)
@@ -84,6 +85,12 @@ check "Release lists Packages and Packages.gz with their SHA256" bash -c \
      grep -qE \"^ \$(sha256sum \$f | cut -d' ' -f1) +[0-9]+ \$f\\\$\" Release || exit 1; done"
 check "Packages.gz is Packages" bash -c \
   "cmp <(zcat '$dist/apt/dists/$suite/main/binary-amd64/Packages.gz') '$dist/apt/dists/$suite/main/binary-amd64/Packages'"
+# The README's tarball path as written: its gpgv and sha256sum lines in a DBA's download directory
+# (and refusing a wrong keyring, a changed tarball); the apt path's gpg --show-keys.
+if [[ " ${majors[*]} " == *" 17 "* ]]; then
+  check "the README's tarball verification, as written (readme_verify.sh)" \
+    "$here/readme_verify.sh" "$dist" "$work/wrong-keyring.gpg" "$(fpr signing)"
+fi
 echo "release-dir $passed $failed" >>"$summary"
 echo "release: $passed checks passed, $failed failed"
 [ "$failed" -eq 0 ] || status=1

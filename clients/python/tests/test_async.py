@@ -35,7 +35,7 @@ async def poll(predicate: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.01)
 
 
-def test_asyncpg_lock_try_lock_lock_all(admin: psycopg.Connection[Any]) -> None:
+def test_s03_s07_s08_s09_asyncpg_lock_try_lock_lock_all(admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         conn = await apg()
         pid = conn.get_server_pid()
@@ -53,7 +53,7 @@ def test_asyncpg_lock_try_lock_lock_all(admin: psycopg.Connection[Any]) -> None:
     asyncio.run(main())
 
 
-def test_asyncpg_outside_a_transaction_names_the_fix(admin: psycopg.Connection[Any]) -> None:
+def test_s04_asyncpg_outside_a_transaction_names_the_fix(admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         conn = await apg()
         with pytest.raises(advlock.NotInTransaction, match=r"`async with conn\.transaction\(\):`"):
@@ -67,7 +67,7 @@ def test_asyncpg_outside_a_transaction_names_the_fix(admin: psycopg.Connection[A
     asyncio.run(main())
 
 
-def test_asyncpg_pool_proxy_and_race_for_account_42(admin: psycopg.Connection[Any]) -> None:
+def test_s06_s07_asyncpg_pool_proxy_and_race_for_account_42(admin: psycopg.Connection[Any]) -> None:
     """Two workers on one asyncpg pool race for account 42: one wins, the other waits 200 ms
     and gets LockTimeout naming the winner's pid."""
 
@@ -149,14 +149,14 @@ async def fetchval_pid(conn: asyncpg.Connection) -> int:
     return int(await conn.fetchval("SELECT pg_backend_pid()"))
 
 
-def test_asyncpg_cancellation_leaves_nothing_held_or_queued(admin: psycopg.Connection[Any]) -> None:
+def test_s10_asyncpg_cancellation_leaves_nothing_held_or_queued(admin: psycopg.Connection[Any]) -> None:
     async def fetchval(conn: asyncpg.Connection, sql: str) -> Any:
         return await conn.fetchval(sql)
 
     asyncio.run(_cancel_a_waiting_lock(apg, fetchval_pid, fetchval, lambda c: c.transaction(), admin))
 
 
-def test_psycopg_async_cancellation_leaves_nothing_held_or_queued(admin: psycopg.Connection[Any]) -> None:
+def test_s10_psycopg_async_cancellation_leaves_nothing_held_or_queued(admin: psycopg.Connection[Any]) -> None:
     async def fetchval(conn: psycopg.AsyncConnection[Any], sql: str) -> Any:
         cur = await conn.execute(sql)
         row = await cur.fetchone()
@@ -169,7 +169,7 @@ def test_psycopg_async_cancellation_leaves_nothing_held_or_queued(admin: psycopg
 
 
 @pytest.mark.parametrize("driver", ["postgresql+asyncpg", "postgresql+psycopg"])
-def test_sqlalchemy_async_cancellation(driver: str, admin: psycopg.Connection[Any]) -> None:
+def test_s10_s33_sqlalchemy_async_cancellation(driver: str, admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         engine = create_async_engine(make_url(DSN).set(drivername=driver))
 
@@ -187,7 +187,7 @@ def test_sqlalchemy_async_cancellation(driver: str, admin: psycopg.Connection[An
     asyncio.run(main())
 
 
-def test_psycopg_async_lock_timeout_and_fix_message(admin: psycopg.Connection[Any]) -> None:
+def test_s04_s06_psycopg_async_lock_timeout_and_fix_message(admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         conn = await apsy("waiter")
         with pytest.raises(advlock.NotInTransaction, match=r"`async with conn\.transaction\(\):`"):

@@ -65,7 +65,7 @@ def run_cic(admin: psycopg.Connection[Any], wait_sql: str | None) -> tuple[float
     return took, got
 
 
-def test_waiting_pod_does_not_stall_create_index_concurrently(admin: psycopg.Connection[Any]) -> None:
+def test_s20_waiting_pod_does_not_stall_create_index_concurrently(admin: psycopg.Connection[Any]) -> None:
     took, got = run_cic(admin, None)
     # While it waited, pod 2 held no snapshot (no xmin): CIC has nothing to wait for.
     assert got[0] == (True, "Lock")
@@ -74,7 +74,7 @@ def test_waiting_pod_does_not_stall_create_index_concurrently(admin: psycopg.Con
     assert len(got) == 2 and isinstance(got[1], int) and got[1] > 0, got
 
 
-def test_the_old_wait_inside_a_statement_stalls_it(admin: psycopg.Connection[Any]) -> None:
+def test_s20_the_old_wait_inside_a_statement_stalls_it(admin: psycopg.Connection[Any]) -> None:
     """0.4.0's client waited in SELECT advlock_try_with_token(...): the build stalls until the
     waiter gives up (6 s here), which is what the test above would catch."""
     took, got = run_cic(admin, "SELECT advlock_try_with_token('migrate', '', 6000)")
@@ -84,7 +84,7 @@ def test_the_old_wait_inside_a_statement_stalls_it(admin: psycopg.Connection[Any
 
 
 @pytest.mark.skipif(server_kind() != "preloaded", reason="leases need advlock preloaded (run_tests.sh's preloaded run)")
-def test_waiting_lease_does_not_stall_create_index_concurrently(admin: psycopg.Connection[Any]) -> None:
+def test_s28_waiting_lease_does_not_stall_create_index_concurrently(admin: psycopg.Connection[Any]) -> None:
     """The same with leases: the waiter waits through CALL advlock_wait_lease, with no snapshot."""
     import psycopg_pool
 

@@ -20,12 +20,12 @@ def vectors() -> list[dict[str, Any]]:
     return data
 
 
-def test_every_vector_without_a_server() -> None:
+def test_s01_every_vector_without_a_server() -> None:
     for v in vectors():
         assert advlock.key(v["ns"], v["id_int"] if "id_int" in v else v["id"]) == v["key"], v
 
 
-def test_every_vector_equals_the_server() -> None:
+def test_s01_every_vector_equals_the_server() -> None:
     with connect() as conn:
         for v in vectors():
             if "id_int" in v:
@@ -36,7 +36,7 @@ def test_every_vector_equals_the_server() -> None:
             assert row[0] == advlock.key(v["ns"], v["id_int"] if "id_int" in v else v["id"]) == v["key"], v
 
 
-def test_int_ids_hash_as_decimal_text() -> None:
+def test_s01_int_ids_hash_as_decimal_text() -> None:
     assert advlock.key("account", 42) == advlock.key("account", "42")
     assert advlock.key("account", -7) == advlock.key("account", "-7")
     assert advlock.key("migrate") == advlock.key("migrate", "")
@@ -55,6 +55,6 @@ def test_int_ids_hash_as_decimal_text() -> None:
         ("account", "a\x00b", ValueError, "id"),
     ],
 )
-def test_bad_arguments_name_the_argument(ns: Any, id: Any, error: type[Exception], names: str) -> None:
+def test_s02_bad_arguments_name_the_argument(ns: Any, id: Any, error: type[Exception], names: str) -> None:
     with pytest.raises(error, match=rf"^{names}\b"):
         advlock.key(ns, id)

@@ -75,7 +75,7 @@ def renewed_by(admin: psycopg.Connection[Any], token: int, since: float) -> int:
 
 
 @leases
-def test_psycopg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connection[Any]) -> None:
+def test_s21_psycopg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connection[Any]) -> None:
     """Pool of 2: while the test holds one connection the renewals must use the other; then it
     holds that other one, and the renewals must move to the first: two backends renewed."""
     with pool(2) as p:
@@ -98,7 +98,7 @@ def test_psycopg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connect
 
 
 @leases
-def test_asyncpg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connection[Any]) -> None:
+def test_s21_asyncpg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         p = await asyncpg_pool(2)
         async with advlock.lease(p, "report", "daily", ttl=0.6, timeout=1.0) as lease:
@@ -120,7 +120,7 @@ def test_asyncpg_pool_renews_on_two_backends_and_releases(admin: psycopg.Connect
 
 
 @leases
-def test_sqlalchemy_engines_and_a_psycopg_connection(admin: psycopg.Connection[Any]) -> None:
+def test_s21_s30_sqlalchemy_engines_and_a_psycopg_connection(admin: psycopg.Connection[Any]) -> None:
     engine = create_engine(make_url(DSN).set(drivername="postgresql+psycopg"), pool_size=2)
     with advlock.lease(engine, "report", "sa", ttl=0.6, timeout=1.0) as lease:
         wait_until(lambda: lease.renewals >= 2, 5.0, what="two renewals")
@@ -144,7 +144,7 @@ def test_sqlalchemy_engines_and_a_psycopg_connection(admin: psycopg.Connection[A
 
 
 @leases
-def test_release_on_exit_whatever_happens(admin: psycopg.Connection[Any]) -> None:
+def test_s22_release_on_exit_whatever_happens(admin: psycopg.Connection[Any]) -> None:
     with pool(1) as p:
         with pytest.raises(ZeroDivisionError), advlock.lease(p, "report", "boom", ttl=5.0, timeout=1.0) as lease:
             assert row_of(admin, lease.token) is not None
@@ -185,7 +185,7 @@ def release_all(admin: psycopg.Connection[Any]) -> None:
 
 
 @leases
-def test_lease_released_by_someone_else_cancels_the_async_body(admin: psycopg.Connection[Any]) -> None:
+def test_s23_lease_released_by_someone_else_cancels_the_async_body(admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         p = await asyncpg_pool(2)
         reached_end = False
@@ -211,7 +211,7 @@ def test_lease_released_by_someone_else_cancels_the_async_body(admin: psycopg.Co
 
 
 @leases
-def test_a_body_that_swallows_the_cancellation_still_gets_lease_lost(admin: psycopg.Connection[Any]) -> None:
+def test_s23_a_body_that_swallows_the_cancellation_still_gets_lease_lost(admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         p = await asyncpg_pool(1)
         with pytest.raises(advlock.LeaseLost):
@@ -227,7 +227,7 @@ def test_a_body_that_swallows_the_cancellation_still_gets_lease_lost(admin: psyc
 
 
 @leases
-def test_ttl_runs_out_while_renewals_are_blocked(admin: psycopg.Connection[Any]) -> None:
+def test_s24_ttl_runs_out_while_renewals_are_blocked(admin: psycopg.Connection[Any]) -> None:
     """A pool of 1 whose only connection the body keeps: no renewal can run, the lease expires
     on the server at its TTL, `lost` is set and the body is cancelled."""
 
@@ -249,7 +249,7 @@ def test_ttl_runs_out_while_renewals_are_blocked(admin: psycopg.Connection[Any])
 
 
 @leases
-def test_sync_lost_lease_sets_lost_and_exit_raises(admin: psycopg.Connection[Any]) -> None:
+def test_s23_sync_lost_lease_sets_lost_and_exit_raises(admin: psycopg.Connection[Any]) -> None:
     with pool(2) as p:
         with pytest.raises(advlock.LeaseLost):
             with advlock.lease(p, "report", "daily", ttl=0.3, timeout=1.0) as lease:
@@ -263,7 +263,7 @@ FENCED = "UPDATE report_output SET fence = %s, body = %s WHERE id = 1 AND fence 
 
 
 @leases
-def test_fenced_write_of_the_next_holder_wins_over_the_stale_one(admin: psycopg.Connection[Any]) -> None:
+def test_s25_fenced_write_of_the_next_holder_wins_over_the_stale_one(admin: psycopg.Connection[Any]) -> None:
     admin.execute("DROP TABLE IF EXISTS report_output")
     admin.execute("CREATE TABLE report_output (id int PRIMARY KEY, fence bigint NOT NULL, body text)")
     admin.execute("INSERT INTO report_output VALUES (1, 0, NULL)")
@@ -287,7 +287,7 @@ def test_fenced_write_of_the_next_holder_wins_over_the_stale_one(admin: psycopg.
 
 
 @leases
-def test_timeout_raises_lease_timeout_naming_the_holder(admin: psycopg.Connection[Any]) -> None:
+def test_s26_timeout_raises_lease_timeout_naming_the_holder(admin: psycopg.Connection[Any]) -> None:
     with pool(1, "holder") as ph, pool(1, "waiter") as pw:
         with advlock.lease(ph, "report", "daily", ttl=5.0, timeout=0) as held:
             started = time.monotonic()
@@ -302,7 +302,7 @@ def test_timeout_raises_lease_timeout_naming_the_holder(admin: psycopg.Connectio
 
 
 @leases
-def test_semaphore_slots(admin: psycopg.Connection[Any]) -> None:
+def test_s26_semaphore_slots(admin: psycopg.Connection[Any]) -> None:
     with pool(2) as p:
         with advlock.lease(p, "reports", "running", ttl=5.0, timeout=0, slots=2) as one:
             with advlock.lease(p, "reports", "running", ttl=5.0, timeout=0, slots=2) as two:
@@ -341,7 +341,7 @@ async def _cancel_a_waiting_lease(source: Any, admin: psycopg.Connection[Any]) -
 
 
 @leases
-def test_cancelled_wait_leaves_no_waiter_asyncpg(admin: psycopg.Connection[Any]) -> None:
+def test_s27_cancelled_wait_leaves_no_waiter_asyncpg(admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         p = await asyncpg_pool(1)
         await _cancel_a_waiting_lease(p, admin)
@@ -351,7 +351,7 @@ def test_cancelled_wait_leaves_no_waiter_asyncpg(admin: psycopg.Connection[Any])
 
 
 @leases
-def test_cancelled_wait_leaves_no_waiter_psycopg_pool(admin: psycopg.Connection[Any]) -> None:
+def test_s27_cancelled_wait_leaves_no_waiter_psycopg_pool(admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         p = await apool(1)
         await _cancel_a_waiting_lease(p, admin)
@@ -378,7 +378,7 @@ BAD_LEASES = [
 
 
 @pytest.mark.parametrize(("kwargs", "error", "name"), BAD_LEASES)
-def test_bad_arguments_before_any_round_trip(kwargs: dict[str, Any], error: type[Exception], name: str) -> None:
+def test_s02_bad_arguments_before_any_round_trip(kwargs: dict[str, Any], error: type[Exception], name: str) -> None:
     # A pool that was never opened: any round trip would fail with psycopg_pool's own error.
     p: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool("host=/nonexistent port=1", open=False)
     args = {"ns": "report", "id": "daily", **kwargs}
@@ -386,7 +386,7 @@ def test_bad_arguments_before_any_round_trip(kwargs: dict[str, Any], error: type
         advlock.lease(p, **args)
 
 
-def test_wrong_sources_name_what_to_pass() -> None:
+def test_s30_wrong_sources_name_what_to_pass() -> None:
     async def main() -> None:
         conn = await asyncpg.connect(DSN)
         with pytest.raises(TypeError, match=r"^source: pass the asyncpg pool, not a connection"):
@@ -408,7 +408,7 @@ def test_wrong_sources_name_what_to_pass() -> None:
 
 
 @pytest.mark.skipif(server_kind() != "extension", reason="only on a server with the extension but no preload")
-def test_not_preloaded_says_to_add_advlock_to_shared_preload_libraries() -> None:
+def test_s29_not_preloaded_says_to_add_advlock_to_shared_preload_libraries() -> None:
     with pool(1) as p:
         with pytest.raises(advlock.NotPreloaded, match=r"add advlock to shared_preload_libraries") as info:
             with advlock.lease(p, "report", "daily", ttl=30, timeout=1):
@@ -427,7 +427,7 @@ def test_not_preloaded_says_to_add_advlock_to_shared_preload_libraries() -> None
 
 
 @pytest.mark.skipif(server_kind() != "edition", reason="only on the SQL edition")
-def test_the_sql_edition_has_no_leases() -> None:
+def test_s29_the_sql_edition_has_no_leases() -> None:
     with pool(1) as p, pytest.raises(advlock.LeasesUnavailable, match="the SQL edition has none"):
         with advlock.lease(p, "report", "daily", ttl=30, timeout=1):
             pass
@@ -437,7 +437,7 @@ def test_the_sql_edition_has_no_leases() -> None:
 
 
 @leases
-def test_body_stops_before_a_contender_is_granted(admin: psycopg.Connection[Any]) -> None:
+def test_s24_body_stops_before_a_contender_is_granted(admin: psycopg.Connection[Any]) -> None:
     """Renewals blocked (the pool's only connection is taken), a contender waiting: by server
     time (clock_timestamp() of each write), the body's last write comes before the contender's
     grant. 0.4.0 cancelled the body at the TTL itself, ~7 ms after a contender could be granted."""
@@ -484,7 +484,7 @@ def test_body_stops_before_a_contender_is_granted(admin: psycopg.Connection[Any]
 
 
 @leases
-def test_sync_check_raises_at_the_renew_deadline_while_renewals_hang() -> None:
+def test_s24_sync_check_raises_at_the_renew_deadline_while_renewals_hang() -> None:
     with pool(1) as p:
         with pytest.raises(advlock.LeaseLost):
             with advlock.lease(p, "report", "daily", ttl=0.6, timeout=1.0, renew_deadline=0.3) as lease:
@@ -499,6 +499,6 @@ def test_sync_check_raises_at_the_renew_deadline_while_renewals_hang() -> None:
 
 
 @pytest.mark.parametrize("renew_deadline", [0, 1.0, 2.0, -1])
-def test_renew_deadline_must_be_inside_the_ttl(renew_deadline: float) -> None:
+def test_s02_s24_renew_deadline_must_be_inside_the_ttl(renew_deadline: float) -> None:
     with pool(1) as p, pytest.raises(ValueError, match="renew_deadline"):
         advlock.lease(p, "report", "daily", ttl=1.0, timeout=1.0, renew_deadline=renew_deadline)

@@ -56,7 +56,7 @@ def enter(dsn: str, driver: Driver | Literal["sync"], timeout: float = 1.0) -> i
 
 @pytest.mark.parametrize("driver", ["sync", "psycopg", "asyncpg"])
 @pytest.mark.parametrize("mode", ["transaction", "statement"])
-def test_transaction_and_statement_poolers_are_refused(
+def test_s17_transaction_and_statement_poolers_are_refused(
     driver: Driver | Literal["sync"], mode: str, request: pytest.FixtureRequest, admin: psycopg.Connection[Any]
 ) -> None:
     dsn = request.getfixturevalue(f"{mode}_pooler")
@@ -65,7 +65,7 @@ def test_transaction_and_statement_poolers_are_refused(
     assert advisory_locks(admin) == []
 
 
-def test_two_holders_never_at_once_through_a_transaction_pooler(
+def test_s17_two_holders_never_at_once_through_a_transaction_pooler(
     transaction_pooler: str, admin: psycopg.Connection[Any]
 ) -> None:
     """The bug of 0.4.0's client: two threads both entered the block. Now, with threads racing
@@ -107,7 +107,7 @@ def test_two_holders_never_at_once_through_a_transaction_pooler(
 
 
 @pytest.mark.parametrize("driver", ["sync", "psycopg", "asyncpg"])
-def test_session_pooler_works_and_reports_the_server_backend(
+def test_s18_session_pooler_works_and_reports_the_server_backend(
     driver: Driver | Literal["sync"], session_pooler: str, admin: psycopg.Connection[Any]
 ) -> None:
     seen: list[list[tuple[Any, ...]]] = []
@@ -128,7 +128,7 @@ def test_session_pooler_works_and_reports_the_server_backend(
     assert advisory_locks(admin) == []
 
 
-def test_session_pooler_keeps_mutual_exclusion(session_pooler: str, admin: psycopg.Connection[Any]) -> None:
+def test_s18_session_pooler_keeps_mutual_exclusion(session_pooler: str, admin: psycopg.Connection[Any]) -> None:
     with advlock.session_lock(session_pooler, "migrate", timeout=1.0, application_name="first") as first:
         with pytest.raises(advlock.LockTimeout, match=r"within 300 ms: held by PID \d+") as info:
             with advlock.session_lock(session_pooler, "migrate", timeout=0.3):

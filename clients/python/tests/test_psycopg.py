@@ -16,7 +16,7 @@ from conftest import DSN, advisory_locks, connect, wait_until, waiting
 KEY42 = advlock.key("account", 42)
 
 
-def test_lock_is_held_until_commit_and_released_after(admin: psycopg.Connection[Any]) -> None:
+def test_s03_lock_is_held_until_commit_and_released_after(admin: psycopg.Connection[Any]) -> None:
     with connect() as conn:
         pid = conn.info.backend_pid
         with conn.transaction():
@@ -28,7 +28,7 @@ def test_lock_is_held_until_commit_and_released_after(admin: psycopg.Connection[
         assert advisory_locks(admin, pid) == []
 
 
-def test_shared_mode(admin: psycopg.Connection[Any]) -> None:
+def test_s03_shared_mode(admin: psycopg.Connection[Any]) -> None:
     with connect() as a, connect() as b, a.transaction(), b.transaction():
         with (
             advlock.lock(a, "report", "q3", timeout=1, shared=True),
@@ -41,7 +41,7 @@ def test_shared_mode(admin: psycopg.Connection[Any]) -> None:
                 assert advlock.try_lock(c, "report", "q3") is False  # exclusive conflicts with shared
 
 
-def test_two_workers_race_for_account_42(admin: psycopg.Connection[Any]) -> None:
+def test_s06_s07_two_workers_race_for_account_42(admin: psycopg.Connection[Any]) -> None:
     """Both start together; exactly one gets the lock, the other gets False (try_lock) and,
     with lock(), a LockTimeout naming the winner."""
     barrier = threading.Barrier(2)
@@ -76,7 +76,7 @@ def test_two_workers_race_for_account_42(admin: psycopg.Connection[Any]) -> None
         t.join()
 
 
-def test_bounded_wait_of_200_ms_leaves_lock_timeout_unchanged(admin: psycopg.Connection[Any]) -> None:
+def test_s05_bounded_wait_of_200_ms_leaves_lock_timeout_unchanged(admin: psycopg.Connection[Any]) -> None:
     with connect("holder") as holder, connect("waiter") as conn:
         holder.execute("SET lock_timeout = '7s'")
         conn.execute("SET lock_timeout = '3s'")
@@ -98,7 +98,7 @@ def test_bounded_wait_of_200_ms_leaves_lock_timeout_unchanged(admin: psycopg.Con
         assert holder.execute("SHOW lock_timeout").fetchone() == ("7s",)
 
 
-def test_lock_outside_a_transaction_names_the_fix(admin: psycopg.Connection[Any]) -> None:
+def test_s04_lock_outside_a_transaction_names_the_fix(admin: psycopg.Connection[Any]) -> None:
     with connect() as conn:
         with pytest.raises(advlock.NotInTransaction, match=r"use `with conn\.transaction\(\):`"):
             with advlock.lock(conn, "account", 42, timeout=1):
@@ -108,7 +108,7 @@ def test_lock_outside_a_transaction_names_the_fix(admin: psycopg.Connection[Any]
         assert advisory_locks(admin, conn.info.backend_pid) == []
 
 
-def test_non_autocommit_connection_is_in_a_transaction(admin: psycopg.Connection[Any]) -> None:
+def test_s03_non_autocommit_connection_is_in_a_transaction(admin: psycopg.Connection[Any]) -> None:
     # psycopg without autocommit opens the transaction with the first statement: the lock
     # then lasts until conn.commit(), which is what a transaction-scope lock means.
     with psycopg.connect(DSN, autocommit=False) as conn:
@@ -118,7 +118,7 @@ def test_non_autocommit_connection_is_in_a_transaction(admin: psycopg.Connection
         assert advisory_locks(admin, conn.info.backend_pid) == []
 
 
-def test_aborted_transaction_is_reported(admin: psycopg.Connection[Any]) -> None:
+def test_s04_aborted_transaction_is_reported(admin: psycopg.Connection[Any]) -> None:
     with connect() as conn:
         with pytest.raises(advlock.NotInTransaction, match="aborted"), conn.transaction():
             with pytest.raises(psycopg.errors.DivisionByZero):
@@ -126,7 +126,7 @@ def test_aborted_transaction_is_reported(admin: psycopg.Connection[Any]) -> None
             advlock.try_lock(conn, "account", 42)
 
 
-def test_lock_all_takes_every_key_or_none(admin: psycopg.Connection[Any]) -> None:
+def test_s08_lock_all_takes_every_key_or_none(admin: psycopg.Connection[Any]) -> None:
     with connect("a") as a, connect("b") as b:
         with a.transaction(), advlock.lock_all(a, "account", [42, 17], timeout=1.0) as held:
             assert set(held.keys) == {advlock.key("account", 42), advlock.key("account", 17)}
@@ -139,7 +139,7 @@ def test_lock_all_takes_every_key_or_none(admin: psycopg.Connection[Any]) -> Non
             assert advisory_locks(admin, b.info.backend_pid) == []
 
 
-def test_holders(admin: psycopg.Connection[Any]) -> None:
+def test_s09_holders(admin: psycopg.Connection[Any]) -> None:
     with connect("holder") as conn, connect("waiter") as waiter:
         t = threading.Thread(target=lambda: _wait_briefly(waiter))
         with conn.transaction():

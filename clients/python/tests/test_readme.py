@@ -34,7 +34,7 @@ def test_readme_has_lease_examples() -> None:
 
 
 @pytest.mark.parametrize("code", CASES, ids=[f"block{i + 1}" for i in range(len(BLOCKS))])
-def test_readme_example_runs(code: str) -> None:
+def test_s34_readme_example_runs(code: str) -> None:
     env = {**os.environ, "DATABASE_URL": DSN}
     # run_tests.sh names a fresh venv with only the README's install line in it.
     python = os.environ.get("ADVLOCK_README_PYTHON") or sys.executable

@@ -61,7 +61,7 @@ def off_path(request: pytest.FixtureRequest) -> Iterator[str]:
         admin.execute(f"DROP DATABASE {urlsplit(dsn).path.lstrip('/')} WITH (FORCE)")
 
 
-def test_every_helper_works_with_advlock_off_search_path(off_path: str) -> None:
+def test_s31_every_helper_works_with_advlock_off_search_path(off_path: str) -> None:
     with psycopg.connect(off_path) as conn, conn.transaction():
         with advlock.lock(conn, "account", 42, timeout=1):
             assert [r.key for r in advlock.holders(conn)] == [advlock.key("account", 42)]
@@ -94,7 +94,7 @@ def test_every_helper_works_with_advlock_off_search_path(off_path: str) -> None:
     engine.dispose()
 
 
-def test_schema_argument_and_the_lookup_once_per_connection(off_path: str) -> None:
+def test_s31_schema_argument_and_the_lookup_once_per_connection(off_path: str) -> None:
     with psycopg.connect(off_path) as conn, conn.transaction():
         assert advlock.try_lock(conn, "account", 1, schema="advlock") is True
         with pytest.raises(psycopg.errors.InvalidSchemaName):
@@ -122,7 +122,7 @@ def statements(conn: psycopg.Connection[Any], run: Callable[[], object]) -> int:
 
 
 @pytest.mark.skipif(server_kind() != "preloaded", reason="leases need advlock preloaded (run_tests.sh's preloaded run)")
-def test_lease_off_search_path() -> None:
+def test_s31_lease_off_search_path() -> None:
     dsn = fresh_database("extension")
     with psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=2) as pool:
         with advlock.lease(pool, "report", "daily", ttl=5, timeout=1) as lease:
@@ -131,7 +131,7 @@ def test_lease_off_search_path() -> None:
             assert lease.token > 0
 
 
-def test_a_database_without_advlock_names_the_fix() -> None:
+def test_s32_a_database_without_advlock_names_the_fix() -> None:
     dsn = fresh_database("none")
     with psycopg.connect(dsn) as conn, conn.transaction():
         with pytest.raises(advlock.NotInstalled, match=r"CREATE EXTENSION advlock.*or pass schema="):

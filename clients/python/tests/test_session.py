@@ -28,7 +28,7 @@ def backends(admin: psycopg.Connection[Any], app: str) -> list[int]:
     return [r[0] for r in rows]
 
 
-def test_sync_session_lock_holds_until_exit_then_closes(admin: psycopg.Connection[Any]) -> None:
+def test_s11_sync_session_lock_holds_until_exit_then_closes(admin: psycopg.Connection[Any]) -> None:
     with advlock.session_lock(DSN, "migrate", timeout=1.0, application_name="migrator") as held:
         assert held.token > 0 and held.key == KEY
         assert backends(admin, "migrator") == [held.pid]
@@ -45,7 +45,7 @@ def test_sync_session_lock_holds_until_exit_then_closes(admin: psycopg.Connectio
 
 
 @pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
-def test_async_session_lock(driver: Driver, admin: psycopg.Connection[Any]) -> None:
+def test_s11_async_session_lock(driver: Driver, admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         async with advlock.session_lock(DSN, "migrate", timeout=1.0, driver=driver, application_name="m") as held:
             assert held.token > 0
@@ -57,7 +57,7 @@ def test_async_session_lock(driver: Driver, admin: psycopg.Connection[Any]) -> N
     asyncio.run(main())
 
 
-def test_busy_lock_times_out_naming_the_holder_and_closes(admin: psycopg.Connection[Any]) -> None:
+def test_s13_busy_lock_times_out_naming_the_holder_and_closes(admin: psycopg.Connection[Any]) -> None:
     with advlock.session_lock(DSN, "migrate", timeout=1.0, application_name="first") as held:
         with pytest.raises(advlock.LockTimeout) as info:
             with advlock.session_lock(DSN, "migrate", timeout=0.2, application_name="second"):
@@ -67,14 +67,14 @@ def test_busy_lock_times_out_naming_the_holder_and_closes(admin: psycopg.Connect
         assert advisory_locks(admin) == [(held.pid, True, "ExclusiveLock", KEY)]
 
 
-def test_body_error_still_unlocks_and_closes(admin: psycopg.Connection[Any]) -> None:
+def test_s14_body_error_still_unlocks_and_closes(admin: psycopg.Connection[Any]) -> None:
     with pytest.raises(ZeroDivisionError), advlock.session_lock(DSN, "migrate", timeout=1, application_name="x"):
         _ = 1 / 0
     assert advisory_locks(admin) == []
     wait_until(lambda: backends(admin, "x") == [], what="the dedicated connection to close")
 
 
-def test_pooled_connections_are_refused() -> None:
+def test_s12_pooled_connections_are_refused() -> None:
     with psycopg_pool.ConnectionPool(DSN, min_size=1, max_size=1) as pool, pool.connection() as conn:
         for thing in (pool, conn):
             with pytest.raises(TypeError, match=r"takes a DSN \(a connection string.*session_lock\(dsn, \.\.\.\)"):
@@ -114,7 +114,7 @@ def migrate(timeout: float, app: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def test_migration_singleton_across_processes(admin: psycopg.Connection[Any]) -> None:
+def test_s13_migration_singleton_across_processes(admin: psycopg.Connection[Any]) -> None:
     first = migrate(5.0, "migration-1")
     assert first.stdout is not None and first.stdin is not None
     assert first.stdout.readline() == "migrating\n"
@@ -145,7 +145,7 @@ def fenced_write(conn: psycopg.Connection[Any], value: str, token: int) -> int:
     return cur.rowcount
 
 
-def test_leader_election_with_fenced_write_after_termination(admin: psycopg.Connection[Any]) -> None:
+def test_s15_s16_leader_election_with_fenced_write_after_termination(admin: psycopg.Connection[Any]) -> None:
     setup_fenced(admin)
     with connect("writer-a") as writer_a, connect("writer-b") as writer_b:
         with pytest.raises(advlock.LockLost, match="was lost") as lost:
@@ -167,7 +167,7 @@ def test_leader_election_with_fenced_write_after_termination(admin: psycopg.Conn
 
 
 @pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
-def test_async_leader_loses_its_connection(driver: Driver, admin: psycopg.Connection[Any]) -> None:
+def test_s15_async_leader_loses_its_connection(driver: Driver, admin: psycopg.Connection[Any]) -> None:
     setup_fenced(admin)
 
     async def main() -> None:
@@ -182,14 +182,14 @@ def test_async_leader_loses_its_connection(driver: Driver, admin: psycopg.Connec
     asyncio.run(main())
 
 
-def test_a_lost_connection_is_reported_even_without_holding(admin: psycopg.Connection[Any]) -> None:
+def test_s15_a_lost_connection_is_reported_even_without_holding(admin: psycopg.Connection[Any]) -> None:
     # The body never asks holding(): the loss is still raised on exit, not swallowed.
     with pytest.raises(advlock.LockLost), advlock.session_lock(DSN, "leader", "x", timeout=1.0) as held:
         admin.execute("SELECT pg_terminate_backend(%s, 5000)", (held.pid,))
 
 
 @pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
-def test_cancelled_async_session_lock_leaves_no_waiter(driver: Driver, admin: psycopg.Connection[Any]) -> None:
+def test_s19_cancelled_async_session_lock_leaves_no_waiter(driver: Driver, admin: psycopg.Connection[Any]) -> None:
     """A task cancelled while session_lock() waits: the server-side wait ends and the
     dedicated connection is gone, at once (not when the 30 s timeout would have run out)."""
 
@@ -225,7 +225,7 @@ def keywords(dsn: str) -> str:
     return " ".join(f"{k}='{v}'" for k, v in info.items())
 
 
-def test_sqlalchemy_urls_and_key_value_dsns_for_every_driver(admin: psycopg.Connection[Any]) -> None:
+def test_s12_sqlalchemy_urls_and_key_value_dsns_for_every_driver(admin: psycopg.Connection[Any]) -> None:
     engine = create_engine(make_url(DSN).set(drivername="postgresql+psycopg"))
     forms: list[object] = [engine.url, str(make_url(DSN).set(drivername="postgresql+asyncpg")), keywords(DSN)]
     for dsn in forms:
@@ -248,7 +248,7 @@ def test_sqlalchemy_urls_and_key_value_dsns_for_every_driver(admin: psycopg.Conn
         (make_url("mysql://u@h/db"), ValueError, "needs a PostgreSQL URL, got a 'mysql' URL"),
     ],
 )
-def test_bad_dsns_are_refused_before_connecting(dsn: object, error: type[Exception], match: str) -> None:
+def test_s02_s12_bad_dsns_are_refused_before_connecting(dsn: object, error: type[Exception], match: str) -> None:
     for driver in ("psycopg", "asyncpg"):
         with pytest.raises(error, match=match):
             advlock.session_lock(dsn, "migrate", timeout=1, driver=driver)  # type: ignore[arg-type]

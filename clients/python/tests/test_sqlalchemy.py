@@ -23,7 +23,7 @@ def backend_pid(conn: Any) -> int:
     return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
 
 
-def test_sync_connection_and_session(admin: psycopg.Connection[Any]) -> None:
+def test_s33_sync_connection_and_session(admin: psycopg.Connection[Any]) -> None:
     engine = create_engine(URL.set(drivername="postgresql+psycopg"))
     with engine.begin() as conn:
         pid = backend_pid(conn)
@@ -41,7 +41,7 @@ def test_sync_connection_and_session(admin: psycopg.Connection[Any]) -> None:
     engine.dispose()
 
 
-def test_sync_autocommit_is_refused(admin: psycopg.Connection[Any]) -> None:
+def test_s04_s33_sync_autocommit_is_refused(admin: psycopg.Connection[Any]) -> None:
     for engine in (
         create_engine(URL.set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT"),
         create_engine(URL.set(drivername="postgresql+psycopg")).execution_options(isolation_level="AUTOCOMMIT"),
@@ -56,7 +56,7 @@ def test_sync_autocommit_is_refused(admin: psycopg.Connection[Any]) -> None:
         engine.dispose()
 
 
-def test_sync_lock_timeout_names_the_holder() -> None:
+def test_s06_s33_sync_lock_timeout_names_the_holder() -> None:
     engine = create_engine(URL.set(drivername="postgresql+psycopg"))
     with connect("holder") as holder, holder.transaction():
         assert advlock.try_lock(holder, "account", 42)
@@ -69,7 +69,7 @@ def test_sync_lock_timeout_names_the_holder() -> None:
 
 
 @pytest.mark.parametrize("driver", ["postgresql+asyncpg", "postgresql+psycopg"])
-def test_async_connection_and_session(driver: str, admin: psycopg.Connection[Any]) -> None:
+def test_s33_async_connection_and_session(driver: str, admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         engine = create_async_engine(URL.set(drivername=driver))
         async with engine.begin() as conn:
@@ -96,7 +96,7 @@ def test_async_connection_and_session(driver: str, admin: psycopg.Connection[Any
 
 
 @pytest.mark.parametrize("driver", ["postgresql+asyncpg", "postgresql+psycopg"])
-def test_async_lock_timeout_through_sqlalchemy(driver: str) -> None:
+def test_s06_s33_async_lock_timeout_through_sqlalchemy(driver: str) -> None:
     async def main() -> None:
         engine = create_async_engine(URL.set(drivername=driver))
         with connect("holder") as holder, holder.transaction():

@@ -33,7 +33,7 @@ BAD_CALLS = [
 
 
 @pytest.mark.parametrize(("call", "error", "name"), BAD_CALLS)
-def test_psycopg_bad_arguments_before_any_round_trip(call: Any, error: type[Exception], name: str) -> None:
+def test_s02_psycopg_bad_arguments_before_any_round_trip(call: Any, error: type[Exception], name: str) -> None:
     conn = connect()
     conn.close()
     with pytest.raises(error, match=rf"^{name}\b"):
@@ -41,7 +41,7 @@ def test_psycopg_bad_arguments_before_any_round_trip(call: Any, error: type[Exce
 
 
 @pytest.mark.parametrize(("call", "error", "name"), BAD_CALLS)
-def test_asyncpg_bad_arguments_before_any_round_trip(call: Any, error: type[Exception], name: str) -> None:
+def test_s02_asyncpg_bad_arguments_before_any_round_trip(call: Any, error: type[Exception], name: str) -> None:
     async def main() -> None:
         conn = await asyncpg.connect(DSN)
         await conn.close()
@@ -62,7 +62,7 @@ def test_asyncpg_bad_arguments_before_any_round_trip(call: Any, error: type[Exce
         ({"timeout": 1, "driver": "pg8000"}, ValueError, "driver"),
     ],
 )
-def test_session_lock_bad_arguments_before_connecting(
+def test_s02_session_lock_bad_arguments_before_connecting(
     kwargs: dict[str, Any], error: type[Exception], name: str
 ) -> None:
     args = {"ns": "migrate", **kwargs}
@@ -70,7 +70,7 @@ def test_session_lock_bad_arguments_before_connecting(
         advlock.session_lock("host=/nonexistent port=1", **args)
 
 
-def test_not_a_connection() -> None:
+def test_s02_not_a_connection() -> None:
     with pytest.raises(TypeError, match=r"^conn: expected a psycopg, asyncpg or SQLAlchemy connection"):
         advlock.lock(DSN, "account", 42, timeout=1)  # type: ignore[call-overload]
     with psycopg_pool.ConnectionPool(DSN, min_size=1, max_size=1, open=True) as pool:
@@ -78,7 +78,7 @@ def test_not_a_connection() -> None:
             advlock.try_lock(pool, "account", 42)  # type: ignore[call-overload]
 
 
-def test_wrong_with_for_the_connection_kind() -> None:
+def test_s02_wrong_with_for_the_connection_kind() -> None:
     async def main() -> None:
         aconn = await psycopg.AsyncConnection.connect(DSN, autocommit=True)
         async with aconn:

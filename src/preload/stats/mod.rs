@@ -30,6 +30,8 @@ pub struct Counters {
     /// Total time waited, microseconds.
     pub wait_us: u64,
     pub max_wait_us: u64,
+    /// Sessions terminated by advlock.idle_session_lock_timeout while holding a lock here.
+    pub idle_terminations: u64,
 }
 
 /// One namespace of the current database (None: bare keys), with its counters and since when
@@ -51,6 +53,9 @@ pub enum Outcome {
     Waited { acquired: bool, micros: u64 },
     /// Waited, then an error ended the wait (deadlock, cancel, statement_timeout).
     WaitFailed { micros: u64 },
+    /// Not an acquisition: a session holding a lock here was terminated by
+    /// advlock.idle_session_lock_timeout.
+    IdleTerminated,
 }
 
 /// The namespace as counted: server-encoding bytes, clipped to NS_BYTES.
@@ -65,8 +70,18 @@ fn clip(ns: &[u8]) -> &[u8] {
 
 /// Counts one acquisition call. Never fails and never waits; a no-op without preload.
 pub fn count(target: &Target, outcome: Outcome) {
+    count_in(target.label.as_ref().map(|(ns, _)| ns.as_bytes()), outcome);
+}
+
+/// Counts a session terminated by advlock.idle_session_lock_timeout under namespace `ns` (None:
+/// locks without a recorded namespace). Never fails and never waits; a no-op without preload.
+pub fn count_idle_termination(ns: Option<&[u8]>) {
+    count_in(ns, Outcome::IdleTerminated);
+}
+
+fn count_in(ns: Option<&[u8]>, outcome: Outcome) {
     let Some(table) = table() else { return };
-    let ns = target.label.as_ref().map(|(ns, _)| clip(ns.as_bytes()));
+    let ns = ns.map(clip);
     let key = Key::new(backend::database(), ns);
     if table.try_lock(pg_sys::LWLockMode::LW_SHARED) {
         let (index, found) = table.probe(&key);

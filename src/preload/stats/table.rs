@@ -33,10 +33,11 @@ pub(super) struct AtomicCounters {
     timeouts: AtomicU64,
     wait_us: AtomicU64,
     max_wait_us: AtomicU64,
+    idle_terminations: AtomicU64,
 }
 
 impl AtomicCounters {
-    fn fields(&self) -> [&AtomicU64; 6] {
+    fn fields(&self) -> [&AtomicU64; 7] {
         [
             &self.acquisitions,
             &self.immediate,
@@ -44,11 +45,12 @@ impl AtomicCounters {
             &self.timeouts,
             &self.wait_us,
             &self.max_wait_us,
+            &self.idle_terminations,
         ]
     }
 
     pub(super) fn load(&self) -> Counters {
-        let [acquisitions, immediate, waits, timeouts, wait_us, max_wait_us] =
+        let [acquisitions, immediate, waits, timeouts, wait_us, max_wait_us, idle_terminations] =
             self.fields().map(|c| c.load(Ordering::Relaxed));
         Counters {
             acquisitions,
@@ -57,6 +59,7 @@ impl AtomicCounters {
             timeouts,
             wait_us,
             max_wait_us,
+            idle_terminations,
         }
     }
 
@@ -68,6 +71,7 @@ impl AtomicCounters {
             c.timeouts,
             c.wait_us,
             c.max_wait_us,
+            c.idle_terminations,
         ];
         for (field, value) in self.fields().into_iter().zip(values) {
             field.store(value, Ordering::Relaxed);
@@ -102,6 +106,7 @@ impl AtomicCounters {
                 );
             }
             Outcome::WaitFailed { micros } => waited(micros),
+            Outcome::IdleTerminated => add(&self.idle_terminations, 1),
         }
     }
 }

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The Node client's checks: the package.json version equals Cargo.toml's, `tsc --strict` (the
+# package and its tests), ESLint, `npm pack`, then `node --test` against real servers it starts
+# with pg_test/instance.sh: a database with the advlock extension, a database with the SQL
+# edition (same instance), and a second instance with advlock in shared_preload_libraries (the
+# only run where leases work: the lease tests skip elsewhere, saying why, and check the error
+# there instead). The PgBouncer tests start real PgBouncers (transaction, statement, session
+# mode) as the postgres OS user. The README's examples run against the packed package
+# (test/readme.test.ts). Appends "node-client PASSED FAILED" to $ADVLOCK_SUMMARY if set (the
+# version check, tsc, ESLint and npm pack count as one check each). Works as root on a fresh
+# machine with Node.js >= 20 and npm (scripts/setup.sh installs them): the npm packages are
+# installed here with `npm ci` into clients/node/node_modules, kept until package-lock.json
+# changes. ADVLOCK_NODE_PORT picks the port (default: the first free one from 5570); the
+# preloaded instance takes the next free one.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+summary=${ADVLOCK_SUMMARY:-/dev/null}
+passed=0 failed=0
+report() {
+  echo "node-client $passed $failed" >>"$summary"
+  echo "node-client: $passed passed, $failed failed"
+}
+check() { # name command...
+  local name=$1; shift
+  if "$@"; then passed=$((passed + 1)); echo "node-client: ok   $name"
+  else failed=$((failed + 1)); echo "node-client: FAIL $name"; fi
+}
+
+cd "$here" || exit 1
+"$here/build.sh" || { failed=1; report; exit 1; }
+
+version_matches() {
+  local cargo pkg
+  cargo=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -1)
+  pkg=$(node -p 'require("./package.json").version')
+  grep -q "export const version = \"$cargo\";" src/index.ts || { echo "src/index.ts: version is not $cargo"; return 1; }
+  [ "$pkg" = "$cargo" ] || { echo "package.json version $pkg, Cargo.toml $cargo"; return 1; }
+}
+check "version = Cargo.toml's" version_matches
+check "tsc --strict (package and tests)" npx --no-install tsc -p tsconfig.test.json
+check "eslint" npx --no-install eslint .
+
+work=$(mktemp -d /tmp/advlock-node.XXXXXX)
+chmod 755 "$work"
+# The package as a user installs it: npm pack, unpacked into a node_modules of its own beside the
+# drivers (the README's examples import "advlock", "pg" and "postgres" from there).
+packed() {
+  local tgz
+  tgz=$(npm pack --silent --pack-destination "$work") || return 1
+  mkdir -p "$work/readme/node_modules/advlock" &&
+    tar -xzf "$work/$tgz" -C "$work/readme/node_modules/advlock" --strip-components=1 &&
+    ln -s "$here/node_modules/pg" "$here/node_modules/postgres" "$work/readme/node_modules/" &&
+    [ -f "$work/readme/node_modules/advlock/dist/index.js" ] && [ -f "$work/readme/node_modules/advlock/dist/index.d.ts" ] &&
+    ! tar -tzf "$work/$tgz" | grep -qE '(^|/)(src|test|build|node_modules)/'
+}
+check "npm pack" packed
+export ADVLOCK_NODE_README_DIR="$work/readme"
+
+# shellcheck source=SCRIPTDIR/../../pg_test/instance.sh disable=SC1091  # followed with shellcheck -x
+. "$repo/pg_test/instance.sh"
+free_port() {
+  local p
+  for p in $(seq "$1" $(($1 + 100))); do
+    (: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+  echo "$1"
+}
+port=${ADVLOCK_NODE_PORT:-$(free_port 5570)}
+port_pre=$(free_port $((port + 1)))
+trap 'instance_stop "$work/pre"; instance_stop "$work/pg"; rm -rf "$work"' EXIT
+psql_at() { local p=$1; shift; "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$p" -U postgres -v ON_ERROR_STOP=1 "$@"; }
+if ! instance_start "$work/pg" "$port" ||
+   ! psql_at "$port" -d postgres -c "CREATE DATABASE advlock_node" -c "CREATE DATABASE advlock_node_edition" ||
+   ! psql_at "$port" -d advlock_node -c "CREATE EXTENSION advlock"; then
+  echo "node-client: could not start PostgreSQL with the advlock extension"
+  failed=$((failed + 1)); report; exit 1
+fi
+if ! PGOPTIONS='-c search_path=public' psql_at "$port" -d advlock_node_edition -f "$repo/edition/advlock_sql.sql" >"$work/edition.log" 2>&1; then
+  cat "$work/edition.log"; echo "node-client: could not install the SQL edition"
+  failed=$((failed + 1))
+fi
+preloaded=1
+if ! instance_start "$work/pre" "$port_pre" "shared_preload_libraries = 'advlock'" ||
+   ! psql_at "$port_pre" -d postgres -c "CREATE DATABASE advlock_node" ||
+   ! psql_at "$port_pre" -d advlock_node -c "CREATE EXTENSION advlock"; then
+  echo "node-client: could not start PostgreSQL with advlock in shared_preload_libraries"
+  failed=$((failed + 1)) preloaded=0
+fi
+
+# run_node NAME DATABASE PORT: node --test against DATABASE, counted from its closing lines.
+run_node() {
+  echo "node-client: node --test against $1 (database $2)"
+  ADVLOCK_NODE_DSN="postgresql://postgres@127.0.0.1:$3/$2" \
+    node --test --test-concurrency=1 --test-reporter=spec --test-reporter-destination=stdout \
+      --test-reporter=tap --test-reporter-destination="$work/$1.tap" build/test/*.test.js
+  local rc=$? p f s
+  p=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$work/$1.tap" | tail -1)
+  f=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$work/$1.tap" | tail -1)
+  s=$(sed -n 's/^# cancelled \([0-9]*\)$/\1/p' "$work/$1.tap" | tail -1)
+  p=${p:-0} f=$((${f:-0} + ${s:-0}))
+  [ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || f=1   # node --test failed without a test failing
+  echo "node-client: $1: $p passed, $f failed"
+  passed=$((passed + p)) failed=$((failed + f))
+}
+run_node extension advlock_node "$port"
+run_node edition advlock_node_edition "$port"
+[ "$preloaded" -eq 0 ] || run_node preloaded advlock_node "$port_pre"
+report
+[ "$failed" -eq 0 ]

@@ -1,0 +1,519 @@
+// Session locks done right: on a dedicated connection that the lock owns, to one server session.
+//
+// A session lock outlives transactions, so on a pooled connection it outlives your code too: the
+// pool hands the connection, lock included, to the next borrower. sessionLock() therefore takes a
+// connection string, never a connection, opens its own connection, and unlocks and closes it on
+// release.
+//
+// A connection string can still lead to a pooler. In transaction or statement mode the server
+// session behind the connection is handed to other clients between transactions: a session lock
+// taken through it is shared with whoever gets that session next. So before locking, the
+// connection proves it is one server session: the backend pid of the protocol (BackendKeyData)
+// equals pg_backend_pid(), or, behind a pooler (which sends its own pid), a second connection
+// opened at the same moment reaches a different backend, and the backend reached holds no
+// advisory lock it was never asked for. Every later statement checks that it runs on the same
+// backend with nobody else's transaction in between (the backend's local transaction counter).
+//
+// The wait goes through CALL advlock_wait_lock, which commits first and waits holding no
+// snapshot, so a holder building an index concurrently is not stalled by the waiters. The SQL
+// edition has no such procedure and waits inside the statement.
+import { checkOptions, checkSchema, checkSignal, modeOf, ms, toBigInt, toBool } from "./args.js";
+import { type Row, SCHEMA_EXPR, pgRun, pjsRun, qualify, schemaPrefix } from "./driver.js";
+import { type Holder, LockLostError, LockTimeoutError, UnsafePoolerError, sqlstate } from "./errors.js";
+import { type Id, checkNs, describe, idText, keyOf } from "./key.js";
+
+const BACKEND =
+  "(SELECT pg_catalog.pg_backend_pid() AS pid," +
+  " (SELECT CAST(pg_catalog.split_part(l.virtualtransaction, '/', 2) AS int8) FROM pg_catalog.pg_locks l" +
+  " WHERE l.locktype = 'virtualxid' AND l.pid = pg_catalog.pg_backend_pid()) AS lxid) b";
+// CALL advlock_wait_lock consumes two transactions (the CALL's, and the one it starts by
+// committing first), and its arguments cannot hold a subquery: the pid alone guards it, and the
+// next statement checks the counter.
+const CALL_LXIDS = 2n;
+
+const HELLO = (schemaExpr: string): string =>
+  `WITH s AS (SELECT ${schemaExpr} AS nspname)` +
+  " SELECT b.pid, CAST(b.lxid AS text), s.nspname, pg_catalog.current_database()," +
+  " EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace" +
+  " WHERE n.nspname = s.nspname AND p.proname = 'advlock_wait_lock' AND p.prokind = 'p')," +
+  " EXISTS (SELECT FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.pid = b.pid)" +
+  ` FROM s, ${BACKEND}`;
+const PID = "SELECT pg_catalog.pg_backend_pid()";
+const TRY =
+  "SELECT b.pid, CAST(b.lxid AS text), CASE WHEN b.pid = CAST($1 AS int4) AND b.lxid = CAST($2 AS int8) THEN" +
+  " CAST(@.advlock_try_with_token(CAST($3 AS text), CAST($4 AS text), CAST($5 AS int4), mode => CAST($6 AS text)) AS text)" +
+  ` END FROM ${BACKEND}`;
+const WAIT =
+  "CALL @.advlock_wait_lock(CASE WHEN pg_catalog.pg_backend_pid() = CAST($1 AS int4)" +
+  " THEN CAST($2 AS int8) END, CAST($3 AS int4), CAST($4 AS text))";
+const HOLDING =
+  "SELECT b.pid, CAST(b.lxid AS text), CASE WHEN b.pid = CAST($1 AS int4) AND b.lxid = CAST($2 AS int8) THEN" +
+  ` @.advlock_holding(CAST($3 AS text), CAST($4 AS text), CAST($5 AS text)) END FROM ${BACKEND}`;
+// The unlock runs on the pinned backend even when the counter moved: the lock is there.
+const UNLOCK =
+  "SELECT b.pid, CAST(b.lxid AS text), CASE WHEN b.pid = CAST($1 AS int4) THEN" +
+  ` @.advlock_unlock(CAST($2 AS text), CAST($3 AS text), CAST($4 AS text)) END FROM ${BACKEND}`;
+const WHO =
+  "SELECT pid, application_name, backend_state FROM @.advlock_holders WHERE key = CAST($1 AS int8) AND granted ORDER BY pid";
+// How long a second connection may take to answer pg_backend_pid() when looking for a pooler: a
+// session-mode pool with no free server connection makes it wait (inconclusive, not refused).
+const PROBE_WAIT_MS = 2000;
+
+const INSTEAD =
+  "use a connection string that reaches PostgreSQL itself (not the pooler), a pooler in session mode, lease() " +
+  "(which any pool can carry), or withLock() in a transaction";
+
+export type Driver = "pg" | "postgres";
+
+export interface SessionLockOptions {
+  /** The longest wait for the lock, in milliseconds (required). */
+  timeoutMs: number;
+  shared?: boolean;
+  /** application_name of the lock's own connection (shown to whoever waits for it). */
+  applicationName?: string;
+  /** The schema advlock is installed in (default: found on the connection). */
+  schema?: string;
+  /** Which driver opens the connection: "pg" (node-postgres, the default when installed) or "postgres" (postgres.js). */
+  driver?: Driver;
+  /** Aborting it while the lock is waited for cancels the wait and closes the connection. */
+  signal?: AbortSignal;
+}
+
+const OPTIONS = ["timeoutMs", "shared", "applicationName", "schema", "driver", "signal"] as const;
+
+/** One connection of either driver: statements with rows as arrays, and how to close it. */
+interface Conn {
+  protocolPid: number | null;
+  rows(sql: string, args: unknown[], signal?: AbortSignal): Promise<Row[]>;
+  close(): Promise<void>;
+  dead(): boolean;
+}
+
+async function importDriver(driver: Driver | undefined): Promise<{ driver: Driver; module: unknown }> {
+  const tryImport = async (name: Driver): Promise<unknown> => {
+    try {
+      return await import(name);
+    } catch (e) {
+      if ((e as { code?: string }).code === "ERR_MODULE_NOT_FOUND") return undefined;
+      throw e;
+    }
+  };
+  for (const name of driver === undefined ? (["pg", "postgres"] as const) : [driver]) {
+    const module = await tryImport(name);
+    if (module !== undefined) return { driver: name, module };
+  }
+  throw new Error(
+    driver === undefined
+      ? "sessionLock() needs a driver: npm install pg (node-postgres) or postgres (postgres.js)"
+      : `sessionLock(): driver ${JSON.stringify(driver)} is not installed (npm install ${driver})`,
+  );
+}
+
+interface PgClientCtor {
+  new (config: object): {
+    connect(): Promise<unknown>;
+    end(): Promise<void>;
+    on(event: string, listener: (e?: unknown) => void): unknown;
+    processID: number | null;
+    secretKey: number | null;
+    host: string;
+    port: number;
+    query(config: { text: string; values?: unknown[]; rowMode: "array" }): Promise<{ rows: unknown[] }>;
+  };
+}
+
+async function openPg(module: unknown, connectionString: string, applicationName: string | undefined): Promise<Conn> {
+  const m = module as { default?: { Client: PgClientCtor }; Client?: PgClientCtor };
+  const Client = (m.default?.Client ?? m.Client) as PgClientCtor;
+  const client = new Client({ connectionString, ...(applicationName === undefined ? {} : { application_name: applicationName }) });
+  let dead = false;
+  client.on("error", () => {
+    dead = true; // reported by the next statement; an unhandled 'error' event would end the process
+  });
+  client.on("end", () => {
+    dead = true;
+  });
+  await client.connect();
+  return {
+    protocolPid: client.processID,
+    rows: (sql, args, signal) => pgRun(client, sql, args, signal),
+    close: async () => {
+      await client.end().catch(() => undefined);
+    },
+    dead: () => dead,
+  };
+}
+
+interface PjsSql {
+  reserve(): Promise<PjsReserved>;
+  end(options?: { timeout?: number }): Promise<void>;
+}
+interface PjsReserved {
+  unsafe(sql: string, args?: unknown[]): { values(): Promise<Row[] & { state?: { pid?: number } }> };
+  release(): void;
+}
+
+async function openPostgres(module: unknown, connectionString: string, applicationName: string | undefined): Promise<Conn> {
+  const postgres = (module as { default: (url: string, options: object) => PjsSql }).default;
+  let dead = false;
+  const sql = postgres(connectionString, {
+    max: 1,
+    prepare: false, // no named prepared statements: a transaction-mode pooler would lose them
+    max_lifetime: null, // postgres.js would otherwise close the connection after 30-60 minutes
+    idle_timeout: null,
+    onnotice: () => undefined,
+    onclose: () => {
+      dead = true;
+    },
+    ...(applicationName === undefined ? {} : { connection: { application_name: applicationName } }),
+  });
+  const reserved = await sql.reserve().catch(async (e: unknown) => {
+    await sql.end({ timeout: 0 });
+    throw e;
+  });
+  const first = await reserved.unsafe("SELECT 1").values();
+  return {
+    protocolPid: first.state?.pid ?? null,
+    rows: (text, args, signal) => {
+      // postgres.js crashes the process (a write on a null socket) when a statement is sent on a
+      // reserved connection that has closed: say so instead, as the connection loss it is.
+      if (dead) return Promise.reject(Object.assign(new Error("the session lock's connection is closed"), { code: "08006" }));
+      return pjsRun(reserved as never, text, args, signal);
+    },
+    close: async () => {
+      reserved.release();
+      await sql.end({ timeout: 5 }).catch(() => undefined);
+    },
+    dead: () => dead,
+  };
+}
+
+function isConnectionLoss(e: unknown, dead: boolean): boolean {
+  const state = sqlstate(e) ?? "";
+  return dead || state.startsWith("08") || ["57P01", "57P02", "57P03"].includes(state);
+}
+
+/** A session lock held on its own connection: what sessionLock() resolves to. */
+export class SessionLock {
+  /** The fencing token: larger for every later acquisition of any lock. */
+  token = 0n;
+  /** The server backend holding the lock (pg_backend_pid(), not a pooler's pid). */
+  pid = 0;
+  /** Why the lock was lost, once it was. */
+  lost: unknown = null;
+  readonly key: bigint;
+  #conn: Conn | null = null;
+  #prefix = "";
+  #nextLxid = 0n;
+  #released = false;
+
+  /** @internal */
+  constructor(
+    readonly ns: string,
+    readonly id: string,
+    readonly mode: "shared" | "exclusive",
+    readonly timeoutMs: number,
+  ) {
+    this.key = keyOf(ns, id);
+  }
+
+  /** @internal */
+  async acquire(conn: Conn, probe: () => Promise<number | null>, schema: string | undefined, signal?: AbortSignal): Promise<void> {
+    this.#conn = conn;
+    const hello = schema === undefined ? [HELLO(SCHEMA_EXPR), []] : [HELLO("CAST($1 AS text)"), [schema]];
+    const [row] = await conn.rows(hello[0] as string, hello[1] as unknown[], signal);
+    const [pid, lxid, nspname, database, hasWait, holdsAdvisory] = row as Row;
+    this.#prefix = schemaPrefix(nspname, database);
+    this.pid = Number(pid);
+    this.#nextLxid = toBigInt(lxid) + 1n;
+    if (this.pid !== conn.protocolPid) {
+      // A pooler stands between us and the server (its BackendKeyData pid is not the backend's).
+      if (toBool(holdsAdvisory)) {
+        throw new UnsafePoolerError(
+          `sessionLock(): the server session behind this new connection (backend ${this.pid}, reached through a pooler: ` +
+            `the protocol announced pid ${conn.protocolPid}) already holds advisory locks this connection never took, so ` +
+            `the pooler shares it with other clients (transaction or statement pooling): ${INSTEAD}`,
+        );
+      }
+      if ((await probe()) === this.pid) {
+        throw new UnsafePoolerError(
+          `sessionLock(): the connection string leads to a pooler in transaction or statement mode: two connections ` +
+            `opened at once were both served by backend ${this.pid} (a session lock taken there would be shared with ` +
+            `every client the pooler hands that backend to): ${INSTEAD}`,
+        );
+      }
+    }
+    const snapshotFreeWait = toBool(hasWait);
+    let token = await this.#try(snapshotFreeWait ? 0 : this.timeoutMs, signal);
+    if (token === null && snapshotFreeWait && this.timeoutMs > 0) {
+      let acquired: boolean;
+      try {
+        const [r] = await conn.rows(qualify(WAIT, this.#prefix), [this.pid, this.key.toString(), this.timeoutMs, this.mode], signal);
+        acquired = toBool(r?.[0]);
+      } catch (e) {
+        // The CALL's key is NULL when it runs on another backend than ours, which it refuses with 22004.
+        if (sqlstate(e) === "22004") {
+          throw new UnsafePoolerError(
+            `sessionLock(): the wait reached another backend than ${this.pid}: a pooler is moving this connection ` +
+              `between server sessions (transaction or statement pooling): ${INSTEAD}`,
+            { cause: e },
+          );
+        }
+        throw e;
+      }
+      this.#nextLxid += CALL_LXIDS;
+      if (acquired) {
+        // Held once by the CALL; a second hold returns the fencing token, then give it back.
+        token = await this.#try(0, signal);
+        await this.#unlock();
+        if (this.lost !== null) throw this.lost;
+      }
+    }
+    if (token === null) {
+      const rows = await conn.rows(qualify(WHO, this.#prefix), [this.key.toString()]);
+      const holders: Holder[] = rows.map((r) => ({
+        pid: Number(r[0]),
+        applicationName: (r[1] as string | null) ?? null,
+        state: (r[2] as string | null) ?? null,
+      }));
+      const heldBy = holders
+        .map((h) => `PID ${h.pid} (application_name ${JSON.stringify(h.applicationName)}, state ${JSON.stringify(h.state)})`)
+        .join("; ");
+      throw new LockTimeoutError(
+        `could not obtain ${this.mode} session lock on key ${this.key} = advlock_key('${this.ns}', '${this.id}')` +
+          ` within ${this.timeoutMs} ms` +
+          (heldBy ? `: held by ${heldBy}` : ""),
+        holders,
+      );
+    }
+    this.token = token;
+  }
+
+  async #try(waitMs: number, signal?: AbortSignal): Promise<bigint | null> {
+    const conn = this.#conn as Conn;
+    const [r] = await conn.rows(
+      qualify(TRY, this.#prefix),
+      [this.pid, this.#nextLxid.toString(), this.ns, this.id, waitMs, this.mode],
+      signal,
+    );
+    this.#onOurs((r as Row)[0], (r as Row)[1]);
+    const token = (r as Row)[2];
+    return token === null || token === undefined ? null : toBigInt(token);
+  }
+
+  /** Check that a statement ran on the pinned backend with nobody else's transaction in between. */
+  #onOurs(pid: unknown, lxid: unknown): void {
+    if (Number(pid) !== this.pid) {
+      throw new UnsafePoolerError(
+        `sessionLock(): this connection's statements reached backend ${pid} after backend ${this.pid}: a pooler is ` +
+          `moving it between server sessions (transaction or statement pooling): ${INSTEAD}`,
+      );
+    }
+    const expected = this.#nextLxid % 2n ** 32n;
+    const got = toBigInt(lxid);
+    if (got !== expected) {
+      throw new UnsafePoolerError(
+        `sessionLock(): another client ran transactions on backend ${pid} between two statements of this connection ` +
+          `(its transaction counter went from ${expected - 1n} to ${got}): a pooler shares the server session ` +
+          `(transaction or statement pooling): ${INSTEAD}`,
+      );
+    }
+    this.#nextLxid = got + 1n;
+  }
+
+  async #unlock(): Promise<void> {
+    const conn = this.#conn as Conn;
+    const [r] = await conn.rows(qualify(UNLOCK, this.#prefix), [this.pid, this.ns, this.id, this.mode]);
+    try {
+      this.#onOurs((r as Row)[0], (r as Row)[1]);
+    } catch (e) {
+      this.lost = e;
+      return;
+    }
+    if (!toBool((r as Row)[2])) this.lost = new Error("advlock_unlock found the lock not held");
+  }
+
+  /** Whether this connection still holds the lock (advlock_holding). false, not an error, once
+   * the connection is lost (or found shared by a pooler); release() then throws LockLostError. */
+  async holding(): Promise<boolean> {
+    if (this.lost !== null || this.#released) return false;
+    const conn = this.#conn as Conn;
+    try {
+      const [r] = await conn.rows(qualify(HOLDING, this.#prefix), [this.pid, this.#nextLxid.toString(), this.ns, this.id, this.mode]);
+      this.#onOurs((r as Row)[0], (r as Row)[1]);
+      return toBool((r as Row)[2]);
+    } catch (e) {
+      if (e instanceof UnsafePoolerError || isConnectionLoss(e, conn.dead())) {
+        this.lost = e;
+        return false;
+      }
+      throw e;
+    }
+  }
+
+  /** Unlock and close the connection (whatever happens, the connection is closed, which ends
+   * the lock on the server). Throws LockLostError if the lock was lost meanwhile: the code that
+   * ran under it was not protected. A second call does nothing. */
+  async release(): Promise<void> {
+    if (this.#released) return;
+    this.#released = true;
+    const conn = this.#conn as Conn;
+    try {
+      if (this.lost === null) {
+        try {
+          await this.#unlock();
+        } catch (e) {
+          if (!isConnectionLoss(e, conn.dead())) throw e;
+          this.lost = e;
+        }
+      }
+    } finally {
+      await conn.close();
+    }
+    if (this.lost !== null) {
+      throw new LockLostError(
+        `the session lock on advlock_key('${this.ns}', '${this.id}') (token ${this.token}) was lost: ${String(
+          (this.lost as { message?: unknown }).message ?? this.lost,
+        )}`,
+        { cause: this.lost },
+      );
+    }
+  }
+
+  /** `await using held = await sessionLock(...)` releases it at the end of the block. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+}
+
+// libpq's key = value syntax: a value is a run of non-blank characters or a single-quoted string in
+// which \' and \\ stand for ' and \.
+const PAIR = /\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']+)\s*/y;
+
+/** A postgres:// URL as is; libpq key=value pairs as the URL both drivers take; else RangeError. */
+export function toUrl(dsn: string): string {
+  if (/^postgres(ql)?:\/\//i.test(dsn)) return dsn;
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(dsn)) throw new RangeError(`connectionString: needs a postgres:// URL, got a ${dsn.split(":")[0]} URL`);
+  const pairs = new Map<string, string>();
+  PAIR.lastIndex = 0;
+  while (PAIR.lastIndex < dsn.length) {
+    const at = PAIR.lastIndex;
+    const m = PAIR.exec(dsn);
+    if (m === null) throw new RangeError(`connectionString: not a postgres:// URL or libpq key=value string at ${JSON.stringify(dsn.slice(at))}`);
+    const v = m[2] as string;
+    pairs.set(m[1] as string, v.startsWith("'") ? v.slice(1, -1).replace(/\\(.)/g, "$1") : v);
+  }
+  if (pairs.size === 0) throw new RangeError("connectionString: empty");
+  const take = (k: string): string => {
+    const v = pairs.get(k) ?? "";
+    pairs.delete(k);
+    return v;
+  };
+  const [user, password, host, port, dbname] = ["user", "password", "host", "port", "dbname"].map(take) as string[];
+  const auth = user ? encodeURIComponent(user) + (password ? ":" + encodeURIComponent(password) : "") + "@" : "";
+  if (host?.startsWith("/")) pairs.set("host", host); // a Unix-domain socket directory goes in the query
+  const netloc = auth + (host?.startsWith("/") ? "" : (host ?? "")) + (port ? ":" + port : "");
+  const query = [...pairs].map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join("&");
+  return `postgresql://${netloc}/${encodeURIComponent(dbname ?? "")}${query ? "?" + query : ""}`;
+}
+
+function parseSession(connectionString: unknown, ns: string, id: Id, options: SessionLockOptions) {
+  if (typeof connectionString !== "string") {
+    throw new TypeError(
+      `sessionLock() takes a connection string and opens its own connection; got ${describe(connectionString)}. A ` +
+        "session lock on a pooled connection outlives your code (the pool hands it, lock included, to the next " +
+        "borrower): pass the connection string (for a pg Pool: pool.options.connectionString), or use withLock() in a " +
+        "transaction on the pooled connection",
+    );
+  }
+  const url = toUrl(connectionString);
+  const o = checkOptions(options, OPTIONS, "sessionLock");
+  if (o["timeoutMs"] === undefined) throw new TypeError("timeoutMs is required: sessionLock(url, ns, id, { timeoutMs: 30000 })");
+  const driver = o["driver"];
+  if (driver !== undefined && driver !== "pg" && driver !== "postgres") {
+    throw new RangeError(`driver must be "pg" or "postgres", got ${describe(driver)}`);
+  }
+  const app = o["applicationName"];
+  if (app !== undefined && typeof app !== "string") throw new TypeError(`applicationName must be a string, got ${describe(app)}`);
+  return {
+    connectionString: url,
+    ns: checkNs(ns),
+    id: idText(id),
+    timeoutMs: ms(o["timeoutMs"], "timeoutMs"),
+    mode: modeOf(o["shared"]),
+    schema: checkSchema(o["schema"]),
+    signal: checkSignal(o["signal"]),
+    driver: driver as Driver | undefined,
+    applicationName: app as string | undefined,
+  };
+}
+
+/** A session lock on (ns, id), held on a dedicated connection opened from `connectionString`
+ * until release(). The connection must be one server session: a pooler in transaction or
+ * statement mode is refused (UnsafePoolerError). Waits at most `timeoutMs`, holding no snapshot
+ * (CALL advlock_wait_lock), then LockTimeoutError naming the holder. `token` is a fencing token,
+ * `pid` the server backend, `holding()` asks the server whether it is still held. */
+export async function sessionLock(connectionString: string, ns: string, id: Id, options: SessionLockOptions): Promise<SessionLock> {
+  const a = parseSession(connectionString, ns, id, options);
+  a.signal?.throwIfAborted();
+  const { driver, module } = await importDriver(a.driver);
+  const open = (): Promise<Conn> =>
+    driver === "pg" ? openPg(module, a.connectionString, a.applicationName) : openPostgres(module, a.connectionString, a.applicationName);
+  const held = new SessionLock(a.ns, a.id, a.mode, a.timeoutMs);
+  const conn = await open();
+  const probe = async (): Promise<number | null> => {
+    // pg_backend_pid() on a second connection opened now, or null when none answered in time.
+    let timer: NodeJS.Timeout | undefined;
+    const answer = (async () => {
+      const second = await open();
+      try {
+        const [r] = await second.rows(PID, []);
+        return Number((r as Row)[0]);
+      } finally {
+        await second.close();
+      }
+    })();
+    answer.catch(() => undefined);
+    const timeout = new Promise<null>((resolve) => {
+      timer = setTimeout(() => resolve(null), PROBE_WAIT_MS);
+    });
+    try {
+      return await Promise.race([answer, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+  try {
+    await held.acquire(conn, probe, a.schema, a.signal);
+  } catch (e) {
+    await conn.close(); // closing ends anything left: a wait, a lock granted meanwhile
+    throw e;
+  }
+  return held;
+}
+
+/** Run `fn` holding a session lock (see sessionLock), then release it; LockLostError if the lock
+ * was lost while `fn` ran (also when `fn` threw: the lost lock is the news). */
+export async function withSessionLock<T>(
+  connectionString: string,
+  ns: string,
+  id: Id,
+  options: SessionLockOptions,
+  fn: (held: SessionLock) => Promise<T> | T,
+): Promise<T> {
+  if (typeof fn !== "function") throw new TypeError(`fn must be a function, got ${describe(fn)}`);
+  const held = await sessionLock(connectionString, ns, id, options);
+  let result: T;
+  try {
+    result = await fn(held);
+  } catch (e) {
+    try {
+      await held.release();
+    } catch (lost) {
+      if (lost instanceof LockLostError) throw lost;
+    }
+    throw e;
+  }
+  await held.release();
+  return result;
+}

@@ -1,0 +1,112 @@
+// sessionLock() through real PgBouncers: refused in transaction and statement mode (where a
+// session lock would be shared with other clients), working in session mode, with both drivers
+// (S17, S18). Transaction locks and leases, which need no session, go through either.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import pg from "pg";
+import postgres from "postgres";
+import * as advlock from "../src/index.js";
+import { type Bouncer, advisoryLocks, nothingLeftAfterEach, pgbouncer, serverKind, sleep, waitUntil, withAdmin } from "./helpers.js";
+
+nothingLeftAfterEach();
+const KEY = advlock.key("migrate").toString();
+const DRIVERS = ["pg", "postgres"] as const;
+const bouncers: Partial<Record<"transaction" | "statement" | "session", Bouncer>> = {};
+
+before(async () => {
+  bouncers.transaction = await pgbouncer("transaction");
+  bouncers.statement = await pgbouncer("statement");
+  bouncers.session = await pgbouncer("session");
+});
+after(async () => {
+  for (const b of Object.values(bouncers)) await b.stop();
+});
+
+for (const mode of ["transaction", "statement"] as const) {
+  for (const driver of DRIVERS) {
+    test(`S17 ${mode}-mode PgBouncer (${driver}): sessionLock is refused with UnsafePoolerError naming what to use instead`, async () => {
+      await withAdmin(async (admin) => {
+        const dsn = (bouncers[mode] as Bouncer).dsn;
+        await assert.rejects(advlock.sessionLock(dsn, "migrate", "", { timeoutMs: 1000, driver }), (e: Error) =>
+          e instanceof advlock.UnsafePoolerError && /transaction or statement/.test(e.message) && /a pooler in session mode/.test(e.message),
+        );
+        assert.deepEqual(await advisoryLocks(admin), []);
+      });
+    });
+  }
+}
+
+test("S17 racing through a transaction-mode PgBouncer: never two inside at once, nothing left locked", async () => {
+  const dsn = (bouncers.transaction as Bouncer).dsn;
+  let inside = 0;
+  let most = 0;
+  const outcomes: string[] = [];
+  const worker = async (driver: "pg" | "postgres"): Promise<void> => {
+    for (let i = 0; i < 3; i++) {
+      try {
+        await advlock.withSessionLock(dsn, "migrate", "", { timeoutMs: 2000, driver }, async () => {
+          inside += 1;
+          most = Math.max(most, inside);
+          await sleep(20);
+          inside -= 1;
+        });
+        outcomes.push("held");
+      } catch (e) {
+        if (e instanceof advlock.UnsafePoolerError) outcomes.push("refused");
+        else if (e instanceof advlock.LockLostError && e.cause instanceof advlock.UnsafePoolerError) outcomes.push("lost");
+        else throw e;
+      }
+    }
+  };
+  await Promise.all([worker("pg"), worker("postgres"), worker("pg"), worker("postgres")]);
+  assert.equal(outcomes.length, 12);
+  assert.ok(most <= 1, String(most));
+  assert.ok(outcomes.includes("refused"), outcomes.join());
+  await withAdmin(async (admin) => waitUntil(async () => (await advisoryLocks(admin)).length === 0, "no advisory lock left"));
+});
+
+for (const driver of DRIVERS) {
+  test(`S18 session-mode PgBouncer (${driver}): the lock works, pid is the server backend, mutual exclusion holds`, async () => {
+    await withAdmin(async (admin) => {
+      const dsn = (bouncers.session as Bouncer).dsn;
+      const first = await advlock.sessionLock(dsn, "migrate", "", { timeoutMs: 1000, driver, applicationName: "first" });
+      try {
+        assert.deepEqual(await advisoryLocks(admin, first.pid), [[first.pid, true, "ExclusiveLock", KEY]]);
+        assert.equal(await first.holding(), true);
+        const err = await advlock.sessionLock(dsn, "migrate", "", { timeoutMs: 300, driver }).catch((e: unknown) => e);
+        assert.ok(err instanceof advlock.LockTimeoutError, String(err));
+        assert.match(err.message, /within 300 ms: held by PID \d+/);
+        assert.equal(err.pid, first.pid);
+      } finally {
+        await first.release();
+      }
+      await waitUntil(async () => (await advisoryLocks(admin)).length === 0, "the lock to be released");
+    });
+  });
+}
+
+test("S17 S33 through a transaction-mode PgBouncer, transaction locks and leases work (pg Pool, postgres.js)", async () => {
+  const dsn = (bouncers.transaction as Bouncer).dsn;
+  const pool = new pg.Pool({ connectionString: dsn, max: 2 });
+  const sql = postgres(dsn, { max: 2, prepare: false });
+  try {
+    await withAdmin(async (admin) => {
+      await advlock.withLock(pool, "account", 42, { timeoutMs: 1000 }, async () => {
+        assert.equal((await advisoryLocks(admin)).length, 1);
+      });
+      await advlock.withLock(sql, "account", 42, { timeoutMs: 1000 }, async () => {
+        assert.equal((await advisoryLocks(admin)).length, 1);
+      });
+      if ((await serverKind()) === "preloaded") {
+        const token = await advlock.lease(pool, "report", "daily", { ttlMs: 600, timeoutMs: 1000 }, async (l) => {
+          await waitUntil(() => l.renewals >= 2, "two renewals through the pooler");
+          return l.token;
+        });
+        assert.ok(token > 0n);
+      }
+    });
+  } finally {
+    await pool.end();
+    await sql.end();
+  }
+});

@@ -1,0 +1,206 @@
+// sessionLock(url, ...): its own connection, a fencing token, refusal of pools, lost
+// connections, fenced writes, cancellation, and waits that do not stall CREATE INDEX
+// CONCURRENTLY (S11-S16, S19, S20), with both drivers.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import pg from "pg";
+import postgres from "postgres";
+import * as advlock from "../src/index.js";
+import { toUrl } from "../src/session.js";
+import { DSN, advisoryLocks, backends, connect, nothingLeftAfterEach, serverKind, waitUntil, withAdmin } from "./helpers.js";
+
+nothingLeftAfterEach();
+const KEY = advlock.key("migrate").toString();
+const DRIVERS = ["pg", "postgres"] as const;
+
+for (const driver of DRIVERS) {
+  test(`S11 ${driver}: a session lock on its own idle connection, held until release, token and pid`, async () => {
+    await withAdmin(async (admin) => {
+      const held = await advlock.sessionLock(DSN, "migrate", "", { timeoutMs: 1000, driver, applicationName: "migrator" });
+      let first: bigint;
+      try {
+        assert.ok(held.token > 0n);
+        assert.equal(held.key, advlock.key("migrate"));
+        assert.deepEqual(await backends(admin, "migrator"), [held.pid]);
+        assert.deepEqual(await advisoryLocks(admin, held.pid), [[held.pid, true, "ExclusiveLock", KEY]]);
+        const r = await admin.query({ text: "SELECT state FROM pg_stat_activity WHERE pid = $1", values: [held.pid], rowMode: "array" });
+        assert.deepEqual(r.rows, [["idle"]]); // a session lock: no transaction open on its connection
+        assert.equal(await held.holding(), true);
+        first = held.token;
+      } finally {
+        await held.release();
+      }
+      assert.deepEqual(await advisoryLocks(admin), []);
+      await waitUntil(async () => (await backends(admin, "migrator")).length === 0, "the dedicated connection to close");
+      await held.release(); // a second release does nothing
+      const again = await advlock.withSessionLock(DSN, "migrate", "", { timeoutMs: 1000, driver }, (h) => h.token);
+      assert.ok(again > first, "fencing tokens increase across acquisitions");
+    });
+  });
+}
+
+test("S12 a connection string, never a pool or a pooled connection; key=value strings work", async () => {
+  const pool = new pg.Pool({ connectionString: DSN, max: 1 });
+  const client = await pool.connect();
+  const sql = postgres(DSN, { max: 1 });
+  for (const thing of [pool, client, sql]) {
+    await assert.rejects(advlock.sessionLock(thing as never, "migrate", "", { timeoutMs: 1000 }), (e: Error) =>
+      e instanceof TypeError && /takes a connection string.*pooled connection/.test(e.message),
+    );
+  }
+  client.release();
+  await pool.end();
+  await sql.end();
+  const u = new URL(DSN);
+  const kv = `host=${u.hostname} port=${u.port} user='postgres' dbname=${u.pathname.slice(1)}`;
+  assert.equal(toUrl(kv), DSN);
+  await withAdmin(async (admin) => {
+    for (const driver of DRIVERS) {
+      await advlock.withSessionLock(kv, "migrate", "", { timeoutMs: 1000, driver }, async (held) => {
+        assert.deepEqual(await advisoryLocks(admin, held.pid), [[held.pid, true, "ExclusiveLock", KEY]]);
+      });
+    }
+  });
+});
+
+for (const driver of DRIVERS) {
+  test(`S13 ${driver}: busy: the timeout names the holder and closes its connection; a longer waiter gets it at release`, async () => {
+    await withAdmin(async (admin) => {
+      const held = await advlock.sessionLock(DSN, "migrate", "", { timeoutMs: 1000, driver, applicationName: "first" });
+      const err = await advlock.sessionLock(DSN, "migrate", "", { timeoutMs: 200, driver, applicationName: "second" }).catch((e: unknown) => e);
+      assert.ok(err instanceof advlock.LockTimeoutError, String(err));
+      assert.equal(err.pid, held.pid);
+      assert.equal(err.applicationName, "first");
+      assert.match(err.message, /within 200 ms: held by PID \d+/);
+      await waitUntil(async () => (await backends(admin, "second")).length === 0, "the refused connection to close");
+      const third = advlock.sessionLock(DSN, "migrate", "", { timeoutMs: 10_000, driver, applicationName: "third" });
+      await waitUntil(async () => (await advisoryLocks(admin)).some((r) => !r[1]), "the third to queue");
+      await held.release();
+      const got = await third;
+      assert.ok(got.token > held.token);
+      assert.deepEqual(await advisoryLocks(admin), [[got.pid, true, "ExclusiveLock", KEY]]);
+      await got.release();
+    });
+  });
+}
+
+test("S14 an error in the body still unlocks and closes; the error propagates unchanged", async () => {
+  await withAdmin(async (admin) => {
+    for (const driver of DRIVERS) {
+      const boom = new RangeError("boom");
+      await assert.rejects(
+        advlock.withSessionLock(DSN, "migrate", "", { timeoutMs: 1000, driver, applicationName: "x" }, () => {
+          throw boom;
+        }),
+        (e) => e === boom,
+      );
+      assert.deepEqual(await advisoryLocks(admin), []);
+      await waitUntil(async () => (await backends(admin, "x")).length === 0, "the dedicated connection to close");
+    }
+  });
+});
+
+async function fencedTable(admin: pg.Client): Promise<void> {
+  await admin.query("DROP TABLE IF EXISTS fenced_resource");
+  await admin.query("CREATE TABLE fenced_resource (id int PRIMARY KEY, value text, fence bigint NOT NULL)");
+  await admin.query("INSERT INTO fenced_resource VALUES (1, 'initial', 0)");
+}
+
+async function fencedWrite(conn: pg.Client, value: string, token: bigint): Promise<number> {
+  const r = await conn.query("UPDATE fenced_resource SET value = $1, fence = $2 WHERE id = 1 AND fence < $2", [value, token.toString()]);
+  return r.rowCount ?? -1;
+}
+
+for (const driver of DRIVERS) {
+  test(`S15 S16 ${driver}: a terminated leader: holding() false, release() throws LockLostError; the new leader's fenced write wins`, async () => {
+    await withAdmin(async (admin) => {
+      await fencedTable(admin);
+      const writerA = await connect("writer-a");
+      const writerB = await connect("writer-b");
+      try {
+        const leaderA = await advlock.sessionLock(DSN, "leader", "report", { timeoutMs: 1000, driver });
+        const t1 = leaderA.token;
+        assert.equal(await fencedWrite(writerA, "a1", t1), 1);
+        await admin.query("SELECT pg_terminate_backend($1, 5000)", [leaderA.pid]);
+        assert.equal(await leaderA.holding(), false); // the loss is seen, not an exception here
+        await advlock.withSessionLock(DSN, "leader", "report", { timeoutMs: 5000, driver }, async (leaderB) => {
+          assert.ok(leaderB.token > t1);
+          assert.equal(await fencedWrite(writerB, "b1", leaderB.token), 1);
+          assert.equal(await fencedWrite(writerA, "a-late", t1), 0); // the old leader's late write changes nothing
+        });
+        await assert.rejects(leaderA.release(), (e: Error) => e instanceof advlock.LockLostError && /was lost/.test(e.message) && e.cause !== undefined);
+        const r = await admin.query("SELECT value FROM fenced_resource");
+        assert.equal(r.rows[0].value, "b1");
+        // The body never asks holding(): the loss is still raised at release, not swallowed.
+        await assert.rejects(
+          advlock.withSessionLock(DSN, "leader", "x", { timeoutMs: 1000, driver }, async (held) => {
+            await admin.query("SELECT pg_terminate_backend($1, 5000)", [held.pid]);
+          }),
+          advlock.LockLostError,
+        );
+      } finally {
+        await writerA.end();
+        await writerB.end();
+        await admin.query("DROP TABLE fenced_resource");
+      }
+    });
+  });
+}
+
+for (const driver of DRIVERS) {
+  test(`S19 ${driver}: an AbortSignal ends a waiting session lock at once: its backend is gone, only the holder holds`, async () => {
+    await withAdmin(async (admin) => {
+      const held = await advlock.sessionLock(DSN, "migrate", "", { timeoutMs: 1000 });
+      try {
+        const ac = new AbortController();
+        const wait = advlock.sessionLock(DSN, "migrate", "", { timeoutMs: 30_000, driver, applicationName: "w", signal: ac.signal });
+        await waitUntil(async () => (await advisoryLocks(admin)).some((r) => !r[1]), "the waiter to queue");
+        const started = performance.now();
+        ac.abort();
+        await assert.rejects(wait, { name: "AbortError" });
+        await waitUntil(async () => (await backends(admin, "w")).length === 0, "the cancelled waiter's backend to end", 5000);
+        assert.ok(performance.now() - started < 5000);
+        assert.deepEqual(await advisoryLocks(admin), [[held.pid, true, "ExclusiveLock", KEY]]);
+      } finally {
+        await held.release();
+      }
+    });
+  });
+}
+
+async function waiterState(admin: pg.Client, app: string): Promise<[boolean, string] | null> {
+  const r = await admin.query({
+    text: "SELECT backend_xmin IS NULL, wait_event_type FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'",
+    values: [app],
+    rowMode: "array",
+  });
+  const row = r.rows[0] as [boolean, string | null] | undefined;
+  return row && row[1] !== null ? [row[0], row[1]] : null;
+}
+
+test("S20 a waiting session lock does not stall CREATE INDEX CONCURRENTLY (CALL advlock_wait_lock holds no snapshot)", async (t) => {
+  if ((await serverKind()) === "edition") {
+    t.skip("the SQL edition has no snapshot-free wait (CALL advlock_wait_lock)");
+    return;
+  }
+  await withAdmin(async (admin) => {
+    await admin.query("DROP TABLE IF EXISTS cic_target");
+    await admin.query("CREATE TABLE cic_target AS SELECT g AS id FROM generate_series(1, 1000) g");
+    const pod1 = await advlock.sessionLock(DSN, "migrate", "", { timeoutMs: 1000, applicationName: "pod1" });
+    const pod2 = advlock.sessionLock(DSN, "migrate", "", { timeoutMs: 20_000, applicationName: "pod2" });
+    const state = await waitUntil(() => waiterState(admin, "pod2"), "pod 2 to wait");
+    assert.deepEqual(state, [true, "Lock"]); // no snapshot (no xmin) while it waits
+    const migration = await connect("pod1-migration");
+    const started = performance.now();
+    await migration.query("CREATE INDEX CONCURRENTLY cic_target_id ON cic_target (id)");
+    const took = performance.now() - started;
+    await migration.end();
+    assert.ok(await pod1.holding());
+    await pod1.release();
+    const got = await pod2;
+    assert.ok(took < 5000, `CREATE INDEX CONCURRENTLY took ${took} ms`);
+    assert.ok(got.token > pod1.token);
+    await got.release();
+    await admin.query("DROP TABLE cic_target");
+  });
+});

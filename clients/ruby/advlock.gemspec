@@ -1,0 +1,22 @@
+# frozen_string_literal: true
+
+require_relative "lib/advlock/version"
+
+Gem::Specification.new do |spec|
+  spec.name = "advlock"
+  spec.version = Advlock::VERSION
+  spec.summary = "Safe PostgreSQL advisory locks: bounded waits, session locks that refuse transaction poolers, leases"
+  spec.description = <<~TEXT
+    The Ruby client of advlock, the PostgreSQL extension that makes advisory locks safe: transaction
+    locks with server-side bounded waits (pg and ActiveRecord), session locks on a connection of their
+    own that refuse transaction-mode poolers, leases renewed by a background thread, fencing tokens.
+    Works with the extension and with its SQL edition.
+  TEXT
+  spec.authors = ["advlock contributors"]
+  spec.license = "PostgreSQL"
+  spec.required_ruby_version = ">= 3.1"
+  spec.files = Dir["lib/**/*.rb"] + %w[README.md LICENSE advlock.gemspec]
+  spec.require_paths = ["lib"]
+  spec.add_dependency "pg", "~> 1.2"
+  spec.metadata["rubygems_mfa_required"] = "true"
+end

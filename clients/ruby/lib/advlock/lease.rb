@@ -1,0 +1,316 @@
+# frozen_string_literal: true
+
+# The advlock gem (lib/advlock.rb).
+module Advlock
+  # A lease: a lock owned by its id, not by a connection (advlock_lease; needs advlock in
+  # shared_preload_libraries). Taken with one statement on any connection, renewed and released
+  # with others, so it belongs on a pool: every statement borrows a pooled connection for just
+  # that statement. A thread renews it every third of the renew deadline; the block is flagged
+  # (#lost, #check!) or, with interrupt: true, interrupted (LeaseInterrupted raised into its
+  # thread) once the lease is lost; it is released at the end of the block.
+  class Lease
+    ACQUIRE = "SELECT @.advlock_lease(CAST($1 AS text), CAST($2 AS text), CAST($3 AS int4), CAST($4 AS int4)," \
+              " slots => CAST($5 AS int4))"
+    # The wait, when the key is busy: commits first and holds no snapshot while it waits (a
+    # holder building an index concurrently is not stalled); needs a connection outside a
+    # transaction block (where the pool lends none, the wait runs in ACQUIRE instead).
+    WAIT = "CALL @.advlock_wait_lease(CAST($1 AS int8), CAST($2 AS int4), CAST($3 AS int4), CAST($4 AS int4))"
+    RENEW = "SELECT @.advlock_lease_renew(CAST($1 AS int8), CAST($2 AS int4))"
+    RELEASE = "SELECT @.advlock_lease_release(CAST($1 AS int8))"
+    WHO = "SELECT pid, application_name FROM @.advlock_leases WHERE key = CAST($1 AS int8) AND granted ORDER BY lease"
+
+    # Where a lease's statements run: an ActiveRecord connection pool (checkout/checkin), or any
+    # pool whose #with(timeout:) yields a PG::Connection or an ActiveRecord connection (the
+    # connection_pool gem).
+    class Source
+      def self.for(source)
+        if source.respond_to?(:checkout) && source.respond_to?(:checkin) && source.respond_to?(:with_connection)
+          return new(source, :active_record)
+        end
+        return new(source.connection_pool, :active_record) if source.respond_to?(:connection_pool) &&
+                                                              source.is_a?(Class)
+        return new(source, :with) if source.respond_to?(:with) && !source.is_a?(PG::Connection)
+
+        refuse(source)
+      end
+
+      def self.refuse(source)
+        if source.is_a?(PG::Connection) || Xact::Conn.active_record_connection?(source)
+          raise TypeError, "source: pass a pool (ActiveRecord::Base.connection_pool, or a pool with #with), not " \
+                           "a connection: one connection runs one statement at a time and is not shared across " \
+                           "threads, so the background renewals would collide with your queries"
+        end
+        raise TypeError, "source: expected a connection pool (ActiveRecord::Base.connection_pool, or a pool " \
+                         "whose #with yields a PG::Connection), got #{source.class}"
+      end
+
+      def initialize(pool, kind)
+        @pool = pool
+        @kind = kind
+      end
+
+      # Yields a PG::Connection borrowed for one statement (waiting at most `timeout` seconds for
+      # it when given).
+      def borrow(timeout = nil, &block)
+        if @kind == :active_record
+          conn = timeout ? @pool.checkout([timeout, 0.001].max) : @pool.checkout
+          begin
+            block.call(conn.raw_connection)
+          ensure
+            @pool.checkin(conn)
+          end
+        else
+          args = timeout ? { timeout: [timeout, 0.001].max } : {}
+          @pool.with(**args) { |c| block.call(c.is_a?(PG::Connection) ? c : c.raw_connection) }
+        end
+      end
+    end
+
+    attr_reader :ns, :id, :key, :ttl_ms, :timeout_ms, :slots, :renew_deadline_ms, :token, :lost, :renewals
+
+    def initialize(source, ns, id, ttl, timeout, slots, renew_deadline, schema, interrupt)
+      @ns = Key.check_ns(ns)
+      @id = Key.id_text(id)
+      @key = Key.key(ns, id)
+      @ttl_ms = Args.timeout_ms(ttl, "ttl")
+      raise ArgumentError, "ttl must be a positive number of seconds, got #{ttl.inspect}" if @ttl_ms.zero?
+
+      @timeout_ms = Args.timeout_ms(timeout)
+      @slots = Args.slots(slots)
+      @renew_deadline_ms = renew_deadline.nil? ? @ttl_ms * 2 / 3 : Args.timeout_ms(renew_deadline, "renew_deadline")
+      unless @renew_deadline_ms.positive? && @renew_deadline_ms < @ttl_ms
+        raise ArgumentError, "renew_deadline must be more than 0 and less than ttl (#{ttl.inspect} s): the block " \
+                             "must stop before the server ends the lease, got #{renew_deadline.inspect}"
+      end
+      raise TypeError, "interrupt must be true or false, got #{interrupt.class}" unless [true,
+                                                                                         false].include?(interrupt)
+
+      @schema = Args.schema(schema)
+      @source = Source.for(source)
+      @interrupt = interrupt
+      @token = 0
+      @lost = nil
+      @renewals = 0
+      @interval = @renew_deadline_ms / 3000.0 # two retries after a failure before the deadline
+      @deadline = 0.0
+      @stopped_at_deadline = false
+      @last_error = nil
+      @closing = false
+      @mutex = Mutex.new
+      @stop = ConditionVariable.new
+    end
+
+    def inspect
+      state = if @lost
+                "lost"
+              elsif @token.positive?
+                "held"
+              else
+                "not taken"
+              end
+      "#<Advlock::Lease advlock_key(#{@ns.inspect}, #{@id.inspect}) token=#{@token} #{state}>"
+    end
+
+    # Raises LeaseLost if the lease is lost or its renew deadline has passed: call it before a
+    # write that must not run late (and fence the write with #token anyway).
+    def check!
+      @mutex.synchronize { past_deadline? } if @lost.nil? && @token.positive? && !@closing
+      raise lost_error if @lost
+    end
+
+    def lost?
+      check!
+      false
+    rescue LeaseLost
+      true
+    end
+
+    def run
+      Thread.handle_interrupt(LeaseInterrupted => :never) do
+        acquire
+        @body = Thread.current
+        @renewer = Thread.new { renew_loop }
+        @renewer.report_on_exception = false
+        begin
+          Thread.handle_interrupt(LeaseInterrupted => :immediate) { yield self }
+        ensure
+          close
+        end
+      end
+    end
+
+    private
+
+    def query(sql, params, timeout = nil)
+      @source.borrow(timeout) { |raw| SQL.exec(raw, sql.gsub("@.", SQL.prefix(raw, @schema)), params).values }
+    end
+
+    # CALL outside any transaction block: a pooled connection is idle when lent; nil when not.
+    def call(sql, params)
+      @source.borrow do |raw|
+        next nil unless raw.transaction_status == PG::PQTRANS_IDLE
+
+        SQL.exec(raw, sql.gsub("@.", SQL.prefix(raw, @schema)), params).values
+      end
+    end
+
+    def now
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+
+    def granted(rows)
+      rows.nil? || rows.empty? || rows[0][0].nil? ? nil : Integer(rows[0][0], 10)
+    end
+
+    def acquire
+      sent_at = now
+      token = granted(query(ACQUIRE, [@ns, @id, @ttl_ms, 0, @slots]))
+      if token.nil? && @timeout_ms.positive?
+        sent_at = now
+        called = call(WAIT, [@key, @ttl_ms, @timeout_ms, @slots])
+        called = query(ACQUIRE, [@ns, @id, @ttl_ms, @timeout_ms, @slots]) if called.nil?
+        token = granted(called)
+      end
+      raise timeout_error(query(WHO, [@key])) if token.nil?
+
+      @token = token
+      @deadline = sent_at + (@renew_deadline_ms / 1000.0)
+    rescue PG::Error => e
+      unavailable = unavailable(e)
+      raise unavailable if unavailable
+
+      raise
+    end
+
+    def unavailable(error)
+      state = SQL.sqlstate(error)
+      if state == "55000" && error.message.include?("shared_preload_libraries")
+        NotPreloaded.new("leases need the advlock library preloaded: add advlock to shared_preload_libraries in " \
+                         "postgresql.conf (shared_preload_libraries = 'advlock') and restart PostgreSQL " \
+                         "(server: #{error.message.strip})")
+      elsif state == "42883" && error.message.include?("advlock_lease")
+        LeasesUnavailable.new("this database has no advlock_lease(): leases need the advlock extension (the SQL " \
+                              "edition has none), version with leases, preloaded via shared_preload_libraries " \
+                              "(server: #{error.message.strip})")
+      end
+    end
+
+    def label
+      "advlock_key('#{@ns}', '#{@id}')"
+    end
+
+    def lost_error
+      LeaseLost.new("the lease on #{label} (token #{@token}) was lost: #{@lost.message}")
+    end
+
+    def timeout_error(rows)
+      held_by = rows.map { |p, app| "PID #{p} (application_name #{app.inspect})" }
+      LeaseTimeout.new(
+        "could not obtain a lease on key #{@key} = #{label} within #{@timeout_ms} ms" \
+        "#{@slots > 1 ? " (#{@slots} slots)" : ''}#{held_by.empty? ? '' : ": held by #{held_by.join('; ')}"}",
+        holders: rows.map { |p, app| Holder.new(Integer(p, 10), app, nil) }
+      )
+    end
+
+    # Called with @mutex held.
+    def mark_lost(reason)
+      @lost = reason if @lost.nil?
+    end
+
+    # Called with @mutex held.
+    def past_deadline?
+      return false if now < @deadline
+
+      why = "no renewal succeeded before the renew deadline (#{@renew_deadline_ms} ms of the ttl of #{@ttl_ms} ms)"
+      mark_lost(Error.new(@last_error ? "#{why}; last error: #{@last_error.inspect}" : why))
+      @stopped_at_deadline = true
+      true
+    end
+
+    # Called with @mutex held.
+    def next_delay
+      remaining = [0.0, @deadline - now].max
+      return [@interval, remaining].min if @last_error.nil?
+
+      [remaining, [0.01, [@interval, remaining / 4].min].max].min
+    end
+
+    def renew_loop
+      loop do
+        @mutex.synchronize do
+          @stop.wait(@mutex, next_delay) unless @closing
+          return if @closing
+          return stop_body if past_deadline?
+        end
+        sent_at = now
+        begin
+          rows = query(RENEW, [@token, @ttl_ms], @deadline - sent_at)
+        rescue StandardError => e # a pool timeout, a lost connection: retry while the lease lasts
+          @mutex.synchronize { @last_error = e }
+          next
+        end
+        @mutex.synchronize do
+          if SQL.bool(rows[0][0])
+            # It did renew (also when exiting: whether it still holds, the release decides).
+            @renewals += 1
+            @deadline = sent_at + (@renew_deadline_ms / 1000.0)
+            @last_error = nil
+          else
+            mark_lost(Error.new("advlock_lease_renew returned false: the lease expired or was released by someone " \
+                                "else"))
+          end
+          return if @closing
+          return stop_body if @lost
+        end
+      end
+    end
+
+    # Called with @mutex held, the lease lost and the block still running.
+    def stop_body
+      return unless @interrupt
+
+      @body.raise(LeaseInterrupted, "the lease on #{label} (token #{@token}) was lost: #{@lost.message}")
+    end
+
+    def close
+      @mutex.synchronize do
+        @closing = true
+        @stop.signal
+      end
+      # A LeaseInterrupted the renewer raised just before: taken back here, not left pending.
+      begin
+        Thread.handle_interrupt(LeaseInterrupted => :immediate) { nil }
+      rescue LeaseInterrupted
+        nil
+      end
+      @renewer&.join
+      # Stopped at the renew deadline: left to run out on the server at its TTL rather than
+      # released, so a statement the block still had in flight ends before anyone else is granted it.
+      if !@stopped_at_deadline && !SQL.bool(query(RELEASE, [@token])[0][0])
+        @mutex.synchronize { mark_lost(Error.new("advlock_lease_release found the lease already ended")) }
+      end
+      raise lost_error, cause: @lost if @lost
+    end
+  end
+
+  class << self
+    # A lease on (ns, id) for the block, on `source`: ActiveRecord::Base.connection_pool (or an
+    # ActiveRecord model class), or a pool whose #with yields a PG::Connection. Taken with a
+    # server-side bounded wait of at most `timeout` seconds that holds no snapshot (CALL
+    # advlock_wait_lease; LeaseTimeout after, naming the holders), renewed by a background thread
+    # on any pooled connection, released at the end of the block whatever happens. Yields the
+    # Lease: #token is the lease id and its fencing token. The block is stopped at the renew
+    # deadline, `renew_deadline` seconds (default 2/3 of ttl) after the last renewal was sent,
+    # before the server's TTL runs out: #check! raises LeaseLost from then on, and with
+    # interrupt: true LeaseInterrupted (a LeaseLost) is raised into the block's thread at once.
+    # The end of the block raises LeaseLost if the lease was lost. `slots: N` lets N leases hold
+    # the key at once. Needs advlock in shared_preload_libraries (NotPreloaded otherwise).
+    def lease(source, ns, id = "", ttl:, timeout:, slots: 1, renew_deadline: nil, schema: nil, interrupt: false,
+              &block)
+      lease = Lease.new(source, ns, id, ttl, timeout, slots, renew_deadline, schema, interrupt)
+      raise ArgumentError, "block: Advlock.lease needs a block (the work done under the lease)" unless block
+
+      lease.run(&block)
+    end
+  end
+end

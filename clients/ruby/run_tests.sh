@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The Ruby client's checks: `gem build` (the gem, installed into a directory of its own for the
+# README's examples), then minitest against a real PostgreSQL with the advlock extension, against
+# the SQL edition (one instance, started here with pg_test/instance.sh, stopped on exit), and
+# against a second instance with advlock in shared_preload_libraries (the same suite preloaded,
+# and the only run where leases work: the lease tests skip elsewhere, saying why, and check the
+# error there instead). Real PgBouncers (transaction, statement, session) are started by the tests.
+# RuboCop runs in scripts/lint.sh. Appends "ruby-client PASSED FAILED" to $ADVLOCK_SUMMARY if set
+# (the gem build counts as one check). Needs Debian's ruby, ruby-pg, ruby-activerecord and
+# ruby-minitest (scripts/setup.sh installs them). ADVLOCK_RB_PORT picks the port (default: the
+# first free one from 5433); the preloaded instance takes the next free one. Arguments, if any,
+# are passed to minitest (e.g. -n /s17/).
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+summary=${ADVLOCK_SUMMARY:-/dev/null}
+passed=0 failed=0
+report() {
+  echo "ruby-client $passed $failed" >>"$summary"
+  echo "ruby-client: $passed passed, $failed failed"
+}
+if ! ruby -e 'require "pg"; require "active_record"; require "minitest"' 2>/dev/null; then
+  echo "ruby-client: ruby with pg, activerecord and minitest is missing (scripts/setup.sh installs them)"
+  failed=1; report; exit 1
+fi
+
+# shellcheck source=SCRIPTDIR/../../pg_test/instance.sh disable=SC1091  # followed with shellcheck -x
+. "$repo/pg_test/instance.sh"
+port=${ADVLOCK_RB_PORT:-}
+# free_port FROM: the first port from FROM nobody listens on.
+free_port() {
+  local p
+  for p in $(seq "$1" $(($1 + 100))); do
+    (: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+  echo "$1"
+}
+[ -n "$port" ] || port=$(free_port 5433)
+port_pre=$(free_port $((port + 1)))
+work=$(mktemp -d /tmp/advlock-ruby.XXXXXX)
+chmod 755 "$work"
+trap 'instance_stop "$work/pre"; instance_stop "$work"; rm -rf "$work"' EXIT
+
+# The gem as `gem build` makes it, installed into a directory of its own: the README's examples
+# run against it (pg, a dependency, is Debian's ruby-pg: found on the system gem path).
+cd "$here" || exit 1
+version=$(ruby -e 'require_relative "lib/advlock/version"; print Advlock::VERSION')
+if gem build advlock.gemspec --output "$work/advlock-$version.gem" >"$work/gem-build.log" 2>&1 &&
+   gem install --local "$work/advlock-$version.gem" --install-dir "$work/gems" --no-document \
+     --ignore-dependencies >>"$work/gem-build.log" 2>&1; then
+  passed=$((passed + 1))
+  echo "ruby-client: gem build: advlock-$version.gem"
+  export ADVLOCK_RB_GEM_HOME="$work/gems" ADVLOCK_RB_SYSTEM_GEM_PATH
+  ADVLOCK_RB_SYSTEM_GEM_PATH=$(gem env paths)
+else
+  cat "$work/gem-build.log"; echo "ruby-client: gem build failed"; failed=$((failed + 1))
+fi
+
+psql_db() { "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -v ON_ERROR_STOP=1 "$@"; }
+if ! instance_start "$work" "$port" ||
+   ! psql_db -d postgres -c "CREATE DATABASE advlock_ruby" -c "CREATE DATABASE advlock_ruby_edition" ||
+   ! psql_db -d advlock_ruby -c "CREATE EXTENSION advlock"; then
+  echo "ruby-client: could not start PostgreSQL with the advlock extension"
+  failed=$((failed + 1)); report; exit 1
+fi
+if ! PGOPTIONS='-c search_path=public' psql_db -d advlock_ruby_edition -f "$repo/edition/advlock_sql.sql" >"$work/edition.log" 2>&1; then
+  cat "$work/edition.log"; echo "ruby-client: could not install the SQL edition"
+  failed=$((failed + 1))
+fi
+preloaded=1
+if ! instance_start "$work/pre" "$port_pre" "shared_preload_libraries = 'advlock'" ||
+   ! "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port_pre" -U postgres -v ON_ERROR_STOP=1 -d postgres \
+       -c "CREATE DATABASE advlock_ruby" ||
+   ! "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port_pre" -U postgres -v ON_ERROR_STOP=1 -d advlock_ruby \
+       -c "CREATE EXTENSION advlock"; then
+  echo "ruby-client: could not start PostgreSQL with advlock in shared_preload_libraries"
+  failed=$((failed + 1)) preloaded=0
+fi
+
+# run_minitest NAME DATABASE [PORT]: every test/*_test.rb against DATABASE, counted from
+# minitest's closing line ("N runs, A assertions, F failures, E errors, S skips").
+run_minitest() {
+  echo "ruby-client: minitest against $1 (database $2)"
+  ADVLOCK_RB_DSN="postgresql://postgres@127.0.0.1:${3:-$port}/$2" \
+    timeout 1200 ruby -Ilib -Itest -e 'Dir["test/*_test.rb"].sort.each { |f| require_relative f }' -- "${@:4}" \
+    2>&1 | tee "$work/$1.log"
+  local rc=${PIPESTATUS[0]} line p f
+  line=$(grep -E '^[0-9]+ runs, [0-9]+ assertions, [0-9]+ failures, [0-9]+ errors, [0-9]+ skips' "$work/$1.log" | tail -1)
+  if [ -z "$line" ]; then
+    p=0 f=1
+  else
+    read -r runs _ _ _ fails _ errors _ skips _ <<<"$line"
+    p=$((runs - fails - errors - skips)) f=$((fails + errors))
+  fi
+  [ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || f=1   # minitest failed without a test failing
+  echo "ruby-client: $1: $p passed, $f failed"
+  passed=$((passed + p)) failed=$((failed + f))
+}
+run_minitest extension advlock_ruby "$port" "$@"
+run_minitest edition advlock_ruby_edition "$port" "$@"
+[ "$preloaded" -eq 0 ] || run_minitest preloaded advlock_ruby "$port_pre" "$@"
+report
+[ "$failed" -eq 0 ]

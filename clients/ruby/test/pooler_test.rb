@@ -1,0 +1,89 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require_relative "bouncer"
+
+# session_lock through real PgBouncers: refused in transaction and statement mode (where a
+# session lock would be shared with other clients: two holders at once), working in session mode.
+class PoolerTest < AdvlockCase
+  KEY = Advlock.key("migrate")
+
+  def through(mode, &)
+    Bouncer.run(DSN, mode, &)
+  end
+
+  def test_s17_transaction_and_statement_poolers_are_refused
+    %w[transaction statement].each do |mode|
+      through(mode) do |dsn|
+        e = assert_raises(Advlock::UnsafePooler, mode) do
+          Advlock.session_lock(dsn, "migrate", timeout: 1.0) { flunk "locked through a #{mode}-mode pooler" }
+        end
+        assert_match(/transaction or statement mode.*a pooler in session mode/, e.message)
+        assert_empty advisory_locks(admin)
+      end
+    end
+  end
+
+  # The bug of the Python client 0.4.0: two threads both entered the block. With threads racing
+  # through the pooler, no two are ever inside at once; the pooler is refused (whoever is not
+  # refused got the lock on the server, alone) and nothing is left locked.
+  def test_s17_two_holders_never_at_once_through_a_transaction_pooler
+    through("transaction") do |dsn|
+      inside = 0
+      most = 0
+      outcomes = Queue.new
+      guard = Mutex.new
+      gate = Queue.new
+      threads = Array.new(4) do
+        Thread.new do
+          gate.pop
+          3.times do
+            Advlock.session_lock(dsn, "migrate", timeout: 2.0) do
+              guard.synchronize { most = [most, inside += 1].max }
+              sleep 0.02
+              guard.synchronize { inside -= 1 }
+            end
+            outcomes << "held"
+          rescue Advlock::UnsafePooler
+            outcomes << "refused"
+          rescue Advlock::LockLost => e
+            outcomes << (e.cause.is_a?(Advlock::UnsafePooler) ? "lost" : "lost: #{e.message}")
+          end
+        end
+      end
+      4.times { gate << :go }
+      threads.each { |t| t.join(60) }
+      seen = Array.new(outcomes.size) { outcomes.pop }
+      assert_equal 12, seen.size, seen.inspect
+      assert_operator most, :<=, 1, seen.inspect
+      assert_includes seen, "refused"
+      assert_empty(seen.reject { |o| %w[held refused lost].include?(o) })
+      wait_until(10, "no advisory lock left behind") { advisory_locks(admin).empty? }
+    end
+  end
+
+  def test_s18_session_pooler_works_and_reports_the_server_backend
+    through("session") do |dsn|
+      seen = Advlock.session_lock(dsn, "migrate", timeout: 1.0) do |held|
+        assert held.holding?
+        # held.pid is the server backend (pg_backend_pid()), not the pooler's made-up pid.
+        [held.pid, advisory_locks(admin, held.pid)]
+      end
+      assert_equal [[seen[0], true, "ExclusiveLock", KEY]], seen[1]
+      assert_empty advisory_locks(admin)
+    end
+  end
+
+  def test_s18_session_pooler_keeps_mutual_exclusion
+    through("session") do |dsn|
+      Advlock.session_lock(dsn, "migrate", timeout: 1.0, application_name: "first") do |first|
+        e = assert_raises(Advlock::LockTimeout) do
+          Advlock.session_lock(dsn, "migrate", timeout: 0.3) { flunk "two holders at once" }
+        end
+        assert_match(/within 300 ms: held by PID \d+/, e.message)
+        assert_equal first.pid, e.pid
+      end
+      wait_until(5, "the lock to be released") { advisory_locks(admin).empty? }
+    end
+  end
+end
