@@ -29,6 +29,7 @@ import collections
 import os
 import pwd
 import random
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -47,7 +48,7 @@ CANDIDATES = 8
 DURATION_S = 30
 RESTART_AT_S = 14
 BOUNCER_PORT = int(os.environ.get("ADVLOCK_CHAOS_BOUNCER_PORT", "6431"))
-PGBOUNCER = "/usr/sbin/pgbouncer"
+PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
 REFUSED = ("LK001", "LK002")   # advlock_fence: a larger term passed; advlock_lease_check: not held
 
