@@ -123,8 +123,8 @@ async def observe(
 ) -> AsyncIterator[Leader | None]:
     """Follow the leader of (ns, id) on an asyncio source (a pool or async engine): yields the
     leader (a Leader) or None (no leader: after an expiry or a resignation) every time it
-    differs from the last one yielded, starting with the current one unless it is
-    `known_term` (None: no leader). Each wait lasts at most `wait` seconds on the server, woken
+    differs from the last one yielded, starting with the current one (unless its term is
+    `known_term`, a term the caller already knows). Each wait lasts at most `wait` seconds on the server, woken
     by a grant, a resignation or an expiry, and holds no snapshot where the source lends a
     connection outside a transaction; then it waits again. Stop by leaving the loop."""
     k_ns, k_id = check_ns(ns), id_text(id)
@@ -138,6 +138,19 @@ async def observe(
     if not isinstance(runner, _AsyncRunner):
         raise TypeError("advlock.observe() is an async iterator: pass an asyncio source (a pool or an AsyncEngine)")
     known = known_term
+    # First the leader now (the server's observe only reports a change from known_term: "no
+    # leader" included, so a first None is read here, not waited for).
+    try:
+        rows = await runner.query(_LEADER, [k_ns, k_id])
+    except Exception as e:
+        unavailable = _unavailable(e)
+        if unavailable is None:
+            raise
+        raise unavailable from e
+    now: Leader | None = Leader(*rows[0]) if rows else None
+    if known_term is None or now is None or now.term != known_term:
+        known = None if now is None else now.term
+        yield now
     while True:
         try:
             called = await runner.call(_WAIT_LEADER, [k, wait_ms, known])
