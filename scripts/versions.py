@@ -7,9 +7,8 @@ refuses to build a release before it passes).
 Read:
   extension        Cargo.toml [package] version
   SQL edition      edition/advlock_sql.sql: its header and advlock_edition_version()
-  Python client    clients/python/src/advlock/_version.py __version__ when that file exists
-                   (the one place; pyproject.toml then declares the version dynamic), else
-                   clients/python/pyproject.toml [project] version; and a literal __version__
+  Python client    clients/python/src/advlock/_version.py __version__ when that file exists,
+                   clients/python/pyproject.toml [project] version (when not dynamic); and a literal __version__
                    in the package's __init__.py, if it has one
   Ruby gems        clients/*/lib/*/version.rb VERSION (a client with a *.gemspec; the gemspec
                    reads it from there)
