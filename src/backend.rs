@@ -88,6 +88,32 @@ pub fn database_name(oid: u32) -> Option<Vec<u8>> {
     }
 }
 
+/// Resets this backend's latch: call before looking at what a wait waits for, so a change made
+/// after the look sets the latch and the next `sleep_on_latch` returns at once (no lost wake-up).
+pub fn reset_latch() {
+    // SAFETY: MyLatch is this backend's own latch; reset before checking, as WaitLatch wants.
+    unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
+}
+
+/// Sleeps on this backend's latch until it is set or `until` (a `TimestampTz`, rounded up to
+/// whole milliseconds, at least one) is reached, showing `wait_event` in pg_stat_activity, then
+/// handles interrupts (cancel, terminate, statement_timeout raise from here, through the
+/// caller's catch).
+pub fn sleep_on_latch(until: pg_sys::TimestampTz, now: pg_sys::TimestampTz, wait_event: u32) {
+    let ms = (until - now + 999) / 1000;
+    // SAFETY: waits on this backend's latch; WL_EXIT_ON_PM_DEATH ends the process if the
+    // postmaster dies.
+    unsafe {
+        pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+            ms.clamp(1, i64::from(i32::MAX)) as _,
+            wait_event,
+        );
+    }
+    pg_sys::check_for_interrupts!();
+}
+
 /// `GetCurrentTimestamp()`.
 pub fn now() -> pg_sys::TimestampTz {
     // SAFETY: reads the clock; no side effects.

@@ -348,8 +348,7 @@ fn watch(database: u32, key: i64, known: Option<i64>, deadline: i64) -> Observed
     // What pg_stat_activity shows while this backend sleeps (AdvlockLeaderObserve on 17+).
     let wait_event = crate::wait_events::leader_observe();
     loop {
-        // SAFETY: MyLatch is this backend's own latch; reset before checking, as WaitLatch wants.
-        unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
+        backend::reset_latch();
         let now = backend::now();
         let (leader, starting) = table::with_table(true, |t| {
             // A lease of the key past its expiry: free it now and give the key to the oldest
@@ -375,19 +374,8 @@ fn watch(database: u32, key: i64, known: Option<i64>, deadline: i64) -> Observed
             Some(l) => l.expires_at.min(deadline),
             None => deadline,
         };
-        let ms = (until - now + 999) / 1000;
-        // SAFETY: waits on this backend's latch; WL_EXIT_ON_PM_DEATH ends the process if the
-        // postmaster dies. Interrupts (cancel, terminate, statement_timeout) are handled right
-        // after, raising through the caller's catch, which gives the observer entry up.
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                ms.clamp(1, i64::from(i32::MAX)) as _,
-                wait_event,
-            );
-        }
-        pg_sys::check_for_interrupts!();
+        // An interrupt raises from here through the caller's catch, which gives the wait up.
+        backend::sleep_on_latch(until, now, wait_event);
     }
 }
 

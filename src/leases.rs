@@ -260,8 +260,7 @@ fn wait_for_grant(waiter: usize, database: u32, key: i64, deadline: i64) -> Opti
     // What pg_stat_activity shows while this backend sleeps (AdvlockLeaseWait on 17+).
     let wait_event = crate::wait_events::lease_wait();
     loop {
-        // SAFETY: MyLatch is this backend's own latch; reset before checking, as WaitLatch wants.
-        unsafe { pg_sys::ResetLatch(pg_sys::MyLatch) };
+        backend::reset_latch();
         let now = backend::now();
         let (reserved, wake_at) = table::with_table(true, |t| {
             if settle {
@@ -289,19 +288,8 @@ fn wait_for_grant(waiter: usize, database: u32, key: i64, deadline: i64) -> Opti
         }
         settle = true;
         let until = wake_at.map_or(deadline, |expiry| expiry.min(deadline));
-        let ms = (until - now + 999) / 1000;
-        // SAFETY: waits on this backend's latch; WL_EXIT_ON_PM_DEATH ends the process if the
-        // postmaster dies. Interrupts (cancel, terminate, statement_timeout) are handled right
-        // after, raising through the caller's catch, which gives the wait up.
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                ms.clamp(1, i64::from(i32::MAX)) as _,
-                wait_event,
-            );
-        }
-        pg_sys::check_for_interrupts!();
+        // An interrupt raises from here through the caller's catch, which gives the wait up.
+        backend::sleep_on_latch(until, now, wait_event);
     }
 }
 
