@@ -14,10 +14,20 @@ different backend (a transaction-mode pooler hands it the idle one), and the bac
 holds no advisory lock it was never asked for. Every later statement re-checks that it reaches
 the same backend.
 
+No probe is conclusive: a busy transaction-mode pool can hand the probe another backend and our
+next transaction to anyone. A lock taken between transactions there could be stranded on a
+server session we can no longer reach (and the pool would hand it to every later client). So
+behind a pooler the lock lives inside one open transaction block, from the try to the unlock:
+in every pooling mode an open transaction keeps its server session, so the lock is only ever
+taken on the pinned backend and released there. The block's first statement greets again: the
+backend it reached (maybe not the first one: that is harmless now) is the one pinned, unless it
+already holds advisory locks. Between statements (read committed) the block holds no snapshot.
+
 The wait itself goes through CALL advlock_wait_lock, which commits first and waits holding no
 snapshot, so a holder that builds an index concurrently is not stalled by the waiters
-(CREATE INDEX CONCURRENTLY waits for every older snapshot). The SQL edition has no such
-procedure and waits inside a statement, as before.
+(CREATE INDEX CONCURRENTLY waits for every older snapshot). A CALL cannot commit inside a
+transaction block, so behind a pooler, and in the SQL edition (which has no such procedure),
+the wait runs inside the statement.
 """
 
 from __future__ import annotations
@@ -83,6 +93,9 @@ _UNLOCK = (
     "SELECT b.pid, b.lxid, CASE WHEN b.pid = CAST({} AS int4) THEN"
     " " + SCHEMA + "advlock_unlock(CAST({} AS text), CAST({} AS text), CAST({} AS text)) END FROM " + _BACKEND
 )
+# Behind a pooler: the block that pins the server session for the life of the lock.
+_PIN = "BEGIN"
+_UNPIN = "COMMIT"
 # Who held it when the wait ran out (the try returns NULL, the CALL false: no DETAIL to parse).
 _WHO = (
     "SELECT pid, application_name, backend_state FROM " + SCHEMA + "advlock_holders"
@@ -187,6 +200,7 @@ class _Base:
         self._prefix = ""
         self._snapshot_free_wait = False
         self._next_lxid = 0  # the backend's transaction counter at our next statement
+        self._pinned = False  # behind a pooler: inside the transaction block that pins the backend
 
     # ---- statements and what their answers mean ----
 
@@ -202,7 +216,7 @@ class _Base:
         self._prefix = schema_prefix((schema, database))
         self._snapshot_free_wait = bool(has_wait)
         self.pid = int(pid)
-        self._next_lxid = int(lxid) + 1
+        self._next_lxid = int(lxid) + (0 if self._pinned else 1)
         if pid == protocol_pid:
             return False
         if holds_advisory:
@@ -236,7 +250,15 @@ class _Base:
                 f"connection (its transaction counter went from {expected - 1} to {lxid}): a pooler shares the server "
                 f"session (transaction or statement pooling): {_INSTEAD}"
             )
-        self._next_lxid = int(lxid) + 1
+        # Inside the pinning block every statement is part of one transaction.
+        self._next_lxid = int(lxid) + (0 if self._pinned else 1)
+
+    def _pinning(self, e: BaseException | None = None) -> UnsafePooler:
+        """Opening the pinning block failed (a statement-mode pooler refuses transaction blocks)."""
+        return UnsafePooler(
+            f"session_lock(): the pooler refused a transaction block ({e}), so it would not keep one server session "
+            f"for this connection (statement pooling): {_INSTEAD}"
+        )
 
     def _sql(self, sql: str) -> str:
         return qualify(sql, self._prefix)
@@ -244,13 +266,18 @@ class _Base:
     def _try(self, wait_ms: int) -> tuple[str, list[object]]:
         return self._sql(_TRY), [self.pid, self._next_lxid, self.ns, self.id, wait_ms, self.mode]
 
+    def _calls(self) -> bool:
+        # CALL commits first, which it cannot do inside the pinning block.
+        return self._snapshot_free_wait and not self._pinned
+
     def _first_wait_ms(self) -> int:
         # With the snapshot-free wait: a try without waiting first (one round trip when free),
-        # then CALL for the wait. Without it (the SQL edition): the whole wait in the statement.
-        return 0 if self._snapshot_free_wait else self.timeout_ms
+        # then CALL for the wait. Without it (the SQL edition, or pinned behind a pooler): the
+        # whole wait in the statement.
+        return 0 if self._calls() else self.timeout_ms
 
     def _needs_call(self, token: object) -> bool:
-        return token is None and self._snapshot_free_wait and self.timeout_ms > 0
+        return token is None and self._calls() and self.timeout_ms > 0
 
     def _wait(self) -> tuple[str, list[object]]:
         return self._sql(_WAIT), [self.pid, self.key, self.timeout_ms, self.mode]
@@ -325,6 +352,7 @@ class HeldLock(_Base):
         try:
             if self._greeted(self._row(*self._hello()), self._conn.info.backend_pid):
                 self._probed(_probe_pid(self.dsn, self.driver, self._connect_kwargs()))
+                self._pin(self._conn.info.backend_pid)
             self._acquire()
         except BaseException:
             self._conn.close()
@@ -353,6 +381,18 @@ class HeldLock(_Base):
         if token is None:
             raise self._timeout(self._rows(*self._who()))
         self.token = int(token)
+
+    def _pin(self, protocol_pid: int) -> None:
+        try:
+            self._conn.execute(_PIN)
+        except Exception as e:
+            raise self._pinning(e) from e
+        self._pinned = True
+        self._greeted(self._row(*self._hello()), protocol_pid)
+
+    def _unpin(self) -> None:
+        if self._pinned and not self._dead():
+            self._conn.execute(_UNPIN)
 
     def _rows(self, sql: str, args: list[object]) -> list[Row]:
         from psycopg.rows import tuple_row
@@ -391,6 +431,7 @@ class HeldLock(_Base):
             if self.lost is None:
                 try:
                     self._unlocked(self._row(*self._unlock()))
+                    self._unpin()
                 except Exception as e:
                     if not _is_connection_loss(e, self._dead()):
                         raise
@@ -412,6 +453,7 @@ class AsyncHeldLock(_Base):
         try:
             if self._greeted(await self._row(*self._hello()), protocol_pid):
                 self._probed(await asyncio.to_thread(_probe_pid, self.dsn, self.driver, self._connect_kwargs()))
+                await self._pin(protocol_pid)
             await self._acquire()
         except BaseException:
             await self._close()
@@ -451,6 +493,18 @@ class AsyncHeldLock(_Base):
         if token is None:
             raise self._timeout(await self._rows(*self._who()))
         self.token = int(token)
+
+    async def _pin(self, protocol_pid: int) -> None:
+        try:
+            await self._conn.execute(_PIN)
+        except Exception as e:
+            raise self._pinning(e) from e
+        self._pinned = True
+        self._greeted(await self._row(*self._hello()), protocol_pid)
+
+    async def _unpin(self) -> None:
+        if self._pinned and not self._dead():
+            await self._conn.execute(_UNPIN)
 
     async def _rows(self, sql: str, args: list[object]) -> list[Row]:
         if self.driver == "asyncpg":
@@ -509,6 +563,7 @@ class AsyncHeldLock(_Base):
             if self.lost is None:
                 try:
                     self._unlocked(await self._row(*self._unlock()))
+                    await self._unpin()
                 except Exception as e:
                     if not _is_connection_loss(e, self._dead()):
                         raise
