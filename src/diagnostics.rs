@@ -101,68 +101,6 @@ fn advlock_lock_entries() -> TableIterator<
     TableIterator::new(rows)
 }
 
-/// The rows of `advlock_holders` without the backend columns (the view joins those from
-/// `pg_stat_activity`), in one pass over one snapshot of the lock table: every advisory lock of
-/// this database, held and awaited; for a waiter, who blocks it (`blocked_by`, from the same
-/// snapshot, so a waiter is never shown blocked by nobody); for a granted lock, what advlock
-/// recorded when it granted it (preloaded only), looked up by hash.
-///
-/// `pids`: when given, only the granted locks of these backends (the hidden-holder count of
-/// `advlock_idle_holders`, which reads only those backends' lock lists).
-///
-/// A hand-written fmgr entry point in materialize mode (the rows go straight into the
-/// tuplestore the executor reads), not pgrx's value-per-call iterator, whose per-row call cost
-/// as much as building the row; declared by `extension_sql!` below.
-#[unsafe(no_mangle)]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn advlock_holder_entries(
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> pg_sys::Datum {
-    // SAFETY: fcinfo is this call's; the SQL signature below is (pids int4[]).
-    let pids: Option<Vec<Option<i32>>> = unsafe { pgrx::pg_getarg(fcinfo, 0) };
-    let rows = holder_rows(pids.as_deref());
-    // SAFETY: called as a set-returning function in a FROM clause (the only way the SQL below
-    // allows), so resultinfo is a ReturnSetInfo; InitMaterializedSRF raises otherwise. It builds
-    // the tuplestore and the tuple descriptor from the declared result columns; each row's
-    // datums are built in the current (per-query) memory context and copied by
-    // tuplestore_putvalues.
-    unsafe {
-        pg_sys::InitMaterializedSRF(fcinfo, 0);
-        let rsinfo = (*fcinfo).resultinfo as *mut pg_sys::ReturnSetInfo;
-        let (store, desc) = ((*rsinfo).setResult, (*rsinfo).setDesc);
-        for row in rows {
-            let mut values = [pg_sys::Datum::from(0); 12];
-            let mut nulls = [true; 12];
-            let mut put = |i: usize, datum: Option<pg_sys::Datum>| {
-                if let Some(d) = datum {
-                    values[i] = d;
-                    nulls[i] = false;
-                }
-            };
-            put(0, row.key.into_datum());
-            put(1, row.key1.into_datum());
-            put(2, row.key2.into_datum());
-            put(3, row.mode.into_datum());
-            put(4, row.granted.into_datum());
-            put(5, row.pid.into_datum());
-            put(6, row.waiting_since.into_datum());
-            put(7, row.blocked_by.into_datum());
-            put(8, row.label.and_then(|l| l.into_datum()));
-            put(9, row.scope.into_datum());
-            put(10, row.held_since.into_datum());
-            put(11, row.token.into_datum());
-            pg_sys::tuplestore_putvalues(store, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
-        }
-    }
-    pg_sys::Datum::from(0)
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn pg_finfo_advlock_holder_entries() -> &'static pg_sys::Pg_finfo_record {
-    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1
-}
-
 pgrx::extension_sql!(
     r#"
 -- advlock_holders' feed (src/diagnostics.rs): a C function of the library, declared here.
@@ -176,8 +114,11 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_holder_entries';
     name = "holder_entries",
 );
 
+/// The number of result columns of `advlock_holder_entries` (its `RETURNS TABLE` above).
+pub const HOLDER_ENTRY_COLUMNS: usize = 12;
+
 /// One row of `advlock_holder_entries`.
-struct HolderRow {
+pub struct HolderRow {
     key: Option<i64>,
     key1: Option<i32>,
     key2: Option<i32>,
@@ -192,7 +133,39 @@ struct HolderRow {
     token: Option<i64>,
 }
 
-fn holder_rows(pids: Option<&[Option<i32>]>) -> Vec<HolderRow> {
+impl HolderRow {
+    /// The row's datums in the order of the declared result columns (None: NULL), built in the
+    /// current memory context.
+    pub fn into_datums(self) -> [Option<pg_sys::Datum>; HOLDER_ENTRY_COLUMNS] {
+        [
+            self.key.into_datum(),
+            self.key1.into_datum(),
+            self.key2.into_datum(),
+            self.mode.into_datum(),
+            self.granted.into_datum(),
+            self.pid.into_datum(),
+            self.waiting_since.into_datum(),
+            self.blocked_by.into_datum(),
+            self.label.and_then(|l| l.into_datum()),
+            self.scope.into_datum(),
+            self.held_since.into_datum(),
+            self.token.into_datum(),
+        ]
+    }
+}
+
+/// The rows of `advlock_holders` without the backend columns (the view joins those from
+/// `pg_stat_activity`), in one pass over one snapshot of the lock table: every advisory lock of
+/// this database, held and awaited; for a waiter, who blocks it (`blocked_by`, from the same
+/// snapshot, so a waiter is never shown blocked by nobody); for a granted lock, what advlock
+/// recorded when it granted it (preloaded only), looked up by hash.
+///
+/// `pids`: when given, only the granted locks of these backends (the hidden-holder count of
+/// `advlock_idle_holders`, which reads only those backends' lock lists).
+///
+/// Its entry point is hand-written (`fmgr::advlock_holder_entries`, in materialize mode);
+/// declared by `extension_sql!` below, whose result columns number [`HOLDER_ENTRY_COLUMNS`].
+pub fn holder_rows(pids: Option<&[Option<i32>]>) -> Vec<HolderRow> {
     let entries = match pids {
         None => lockmgr::advisory_entries_in_my_database(),
         Some(pids) => {

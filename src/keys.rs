@@ -70,12 +70,12 @@ pub fn key_of_int(ns: &ServerText, id: i64) -> i64 {
 
 // advlock_key is called once per row in scans and generated columns, where pgrx's generic
 // wrapper cost as much as the hash itself. Its three SQL functions therefore call hand-written
-// fmgr entry points (`key_entry`), which take the common case — both arguments present, in-line,
+// fmgr entry points (`fmgr`), which take the common case — both arguments present, in-line,
 // non-empty, needing no encoding conversion — without any guard, and hand everything else to the
 // guarded functions below, which check, convert and raise exactly as before. The SQL and the
 // symbol names are those pgrx generated for 0.2.0, so databases still at 0.2.0 keep working.
 
-/// `advlock_key(ns text, id text) → bigint`: the checked path of `key_entry`.
+/// `advlock_key(ns text, id text) → bigint`: the checked path of `fmgr::advlock_key_text_wrapper`.
 pub fn advlock_key_text(ns: Option<ServerText>, id: Option<ServerText>) -> i64 {
     let ns = namespace(ns, "advlock_key");
     let id = required(id, "advlock_key", "id");
