@@ -1,6 +1,8 @@
 //! The backends' activity as `pg_stat_activity` shows it to the caller, read in Rust from the
-//! backend-status snapshot (no SQL, no per-row role lookups): what `advlock_metrics` and
-//! `advlock_leak_count` need, for every backend of the current database.
+//! backend-status snapshot (no SQL, no per-row role lookups): what `advlock_metrics`,
+//! `advlock_leak_count` and the lock-timeout DETAIL (who holds the key) need, for every backend
+//! of the current database.
+use core::ffi::CStr;
 use pgrx::pg_sys;
 use std::collections::HashMap;
 
@@ -14,7 +16,7 @@ pub enum State {
     Other,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Activity {
     pub state: State,
     /// When the backend entered `state` (pg_stat_activity.state_change).
@@ -22,6 +24,10 @@ pub struct Activity {
     /// Whether the caller may see this backend's state: pg_read_all_stats, or the privileges
     /// of the backend's role — pg_stat_activity's own rule (HAS_PGSTAT_PERMISSIONS).
     pub visible: bool,
+    /// pg_stat_activity.state: None where it shows NULL (not visible, or undefined).
+    pub state_name: Option<&'static str>,
+    /// pg_stat_activity.application_name, which every caller may see.
+    pub application_name: String,
 }
 
 /// The client backends of the current database by pid, from the backend-status snapshot (taken
@@ -57,17 +63,40 @@ pub fn backends_of_my_database() -> HashMap<i32, Activity> {
                 | pg_sys::BackendState::STATE_IDLEINTRANSACTION_ABORTED => State::IdleInTransaction,
                 _ => State::Other,
             };
+            let application_name = if status.st_appname.is_null() {
+                String::new()
+            } else {
+                CStr::from_ptr(status.st_appname)
+                    .to_string_lossy()
+                    .into_owned()
+            };
             out.insert(
                 status.st_procpid,
                 Activity {
                     state,
                     state_since: status.st_state_start_timestamp,
                     visible,
+                    state_name: visible.then(|| state_name(status.st_state)).flatten(),
+                    application_name,
                 },
             );
         }
     }
     out
+}
+
+/// pg_stat_activity's word for a backend state (pgstatfuncs.c); None for an undefined one.
+fn state_name(state: pg_sys::BackendState::Type) -> Option<&'static str> {
+    use pg_sys::BackendState as S;
+    Some(match state {
+        S::STATE_IDLE => "idle",
+        S::STATE_RUNNING => "active",
+        S::STATE_IDLEINTRANSACTION => "idle in transaction",
+        S::STATE_FASTPATH => "fastpath function call",
+        S::STATE_IDLEINTRANSACTION_ABORTED => "idle in transaction (aborted)",
+        S::STATE_DISABLED => "disabled",
+        _ => return None,
+    })
 }
 
 /// The `index`th (1-based) entry of the local backend-status snapshot.

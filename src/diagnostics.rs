@@ -1,10 +1,11 @@
 //! Who holds what: the `advlock_holders` view and its helpers (hand-written SQL in
 //! `sql/holders.sql`), plus the holder description used in lock-timeout errors.
+use crate::activity;
 use crate::backend;
 use crate::errors::Report;
 use crate::gucs;
 use crate::lock_request::Mode;
-use crate::lockmgr::{self, AdvisoryEntry, AdvisoryKey};
+use crate::lockmgr::{self, AdvisoryEntry, AdvisoryKey, EntryMode};
 use crate::preload::labels;
 use crate::server_text::ServerTextOut;
 use pgrx::datum::Interval;
@@ -91,7 +92,7 @@ fn advlock_lock_entries() -> TableIterator<
                 key,
                 key1,
                 key2,
-                lockmgr::mode_name(e.mode),
+                e.mode.name(),
                 e.granted,
                 (e.pid != 0).then_some(e.pid),
                 waiting_since(&e),
@@ -196,7 +197,7 @@ pub fn holder_rows(pids: Option<&[Option<i32>]>) -> Vec<HolderRow> {
         .enumerate()
         .map(|(index, e)| {
             let (key, key1, key2) = key_columns(e.key);
-            let mode = lockmgr::mode_name(e.mode);
+            let mode = e.mode.name();
             let mine = match (&mut recorded, e.granted, key) {
                 (Some(recorded), true, Some(k)) => {
                     recorded.get(e.pid, k, mode == Mode::Shared.word())
@@ -265,14 +266,13 @@ fn blockers(entries: &[AdvisoryEntry]) -> HashMap<usize, Vec<i32>> {
     for e in entries.iter().filter(|e| contested.contains(&e.key)) {
         on_key.entry(e.key).or_default().push(e);
     }
-    let exclusive = |e: &AdvisoryEntry| lockmgr::mode_name(e.mode) == Mode::Exclusive.word();
     waiters
         .into_iter()
         .map(|i| {
             let w = &entries[i];
             let conflicting: Vec<&&AdvisoryEntry> = on_key[&w.key]
                 .iter()
-                .filter(|o| o.pid != w.pid && (exclusive(o) || exclusive(w)))
+                .filter(|o| o.pid != w.pid && o.mode.conflicts(w.mode))
                 .collect();
             let ahead = |o: &AdvisoryEntry| {
                 o.granted
@@ -305,44 +305,52 @@ pgrx::extension_sql_file!(
     ]
 );
 
-/// "Held by PID 123 (application_name "worker", state "idle")." for a lock-timeout DETAIL:
-/// the granted holders whose mode conflicts with `mode`. Runs only on the error path.
+/// "Held by PID 123 (application_name 'worker', state 'idle')." for a lock-timeout DETAIL: the
+/// granted holders of the key (other than this backend, and not prepared transactions) whose
+/// mode conflicts with `mode`, from one snapshot of the lock table (as `advlock_holders` and
+/// its `blocked_by`), with what pg_stat_activity shows the caller of each. Runs only on the
+/// error path.
 pub fn describe_holders(key: i64, mode: Mode) -> String {
-    // Qualified names and operators: this runs with the caller's search_path.
-    const QUERY: &str = "
-        SELECT pg_catalog.string_agg(pg_catalog.format('PID %s (application_name %s, state %s)',
-                   l.pid, pg_catalog.quote_literal(a.application_name), pg_catalog.quote_literal(a.state)),
-                   ', ' ORDER BY l.pid)
-          FROM pg_catalog.pg_locks l
-          LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
-         WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
-           AND l.granted
-           AND l.objsubid OPERATOR(pg_catalog.=) 1
-           AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
-                                WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-           AND l.classid::pg_catalog.int8 OPERATOR(pg_catalog.=) $1
-           AND l.objid::pg_catalog.int8 OPERATOR(pg_catalog.=) $2
-           AND ($3 OR l.mode OPERATOR(pg_catalog.=) 'ExclusiveLock')
-           AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()";
-    // As int8, not oid: pgrx passes an Oid of 0 as SQL NULL, and half of every key below
-    // 2^32 is 0.
-    let classid = ((key as u64) >> 32) as i64;
-    let objid = (key as u64 & 0xffff_ffff) as i64;
-    let exclusive = mode == Mode::Exclusive;
-    let holders: Option<String> = Spi::connect(|client| {
-        client
-            .select(
-                QUERY,
-                Some(1),
-                &[classid.into(), objid.into(), exclusive.into()],
-            )?
-            .first()
-            .get_one::<String>()
-    })
-    .ok()
-    .flatten();
-    match holders {
-        Some(list) => format!("Held by {list}."),
-        None => "The holder released it after the wait ended.".to_string(),
+    let me = backend::pid();
+    let asked = EntryMode::of(mode);
+    let mut holders: Vec<i32> = lockmgr::advisory_entries_in_my_database()
+        .into_iter()
+        .filter(|e| {
+            e.granted
+                && e.key == AdvisoryKey::Int8(key)
+                && e.pid != me
+                && e.pid != 0
+                && e.mode.conflicts(asked)
+        })
+        .map(|e| e.pid)
+        .collect();
+    if holders.is_empty() {
+        return "The holder released it after the wait ended.".to_string();
+    }
+    holders.sort_unstable();
+    let activity = activity::backends_of_my_database();
+    let list: Vec<String> = holders
+        .into_iter()
+        .map(|pid| {
+            let a = activity.get(&pid);
+            // pg_stat_activity's NULLs print as nothing, as format('%s', NULL) did.
+            let app = a.map_or(String::new(), |a| quote_literal(&a.application_name));
+            let state = a
+                .and_then(|a| a.state_name)
+                .map_or(String::new(), quote_literal);
+            format!("PID {pid} (application_name {app}, state {state})")
+        })
+        .collect();
+    format!("Held by {}.", list.join(", "))
+}
+
+/// SQL's quote_literal: in single quotes, quotes doubled, and with an E prefix and doubled
+/// backslashes when there is a backslash.
+fn quote_literal(text: &str) -> String {
+    let quoted = text.replace('\'', "''");
+    if text.contains('\\') {
+        format!("E'{}'", quoted.replace('\\', "\\\\"))
+    } else {
+        format!("'{quoted}'")
     }
 }

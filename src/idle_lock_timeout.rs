@@ -28,6 +28,7 @@
 //! locks: why in the backend") has the measurements behind this choice.
 use crate::backend;
 use crate::gucs::IDLE_SESSION_LOCK_TIMEOUT_MS;
+use crate::lock_mode::Mode;
 use crate::lockmgr::{self, AdvisoryKey};
 use crate::preload::{labels, stats};
 use core::ffi::{c_char, c_int, CStr};
@@ -218,11 +219,10 @@ fn terminate(held: &[lockmgr::AdvisoryEntry], idle_us: i64, timeout_ms: i32) -> 
         .filter(|h| h.pid == me && !h.ns.is_empty())
         .map(|h| ((h.key, h.shared), h.ns))
         .collect();
-    let shared_mode = pg_sys::ShareLock as pg_sys::LOCKMODE;
     let mut names = Vec::with_capacity(held.len());
     let mut namespaces: BTreeSet<Option<Vec<u8>>> = BTreeSet::new();
     for e in held {
-        let shared = e.mode == shared_mode;
+        let shared = e.mode.advlock() == Some(Mode::Shared);
         let (name, ns) = match e.key {
             AdvisoryKey::Int8(key) => {
                 let label = recorded

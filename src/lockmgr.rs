@@ -298,7 +298,7 @@ pub enum AdvisoryKey {
 /// One row of the lock table for an advisory lock: a held mode or an awaited one.
 pub struct AdvisoryEntry {
     pub key: AdvisoryKey,
-    pub mode: pg_sys::LOCKMODE,
+    pub mode: EntryMode,
     pub granted: bool,
     /// 0 for a prepared transaction.
     pub pid: i32,
@@ -521,7 +521,7 @@ unsafe fn push_advisory(
             if hold_mask & (1 << mode) != 0 {
                 entries.push(AdvisoryEntry {
                     key,
-                    mode,
+                    mode: EntryMode(mode),
                     granted: true,
                     pid,
                     wait_start: 0,
@@ -531,7 +531,7 @@ unsafe fn push_advisory(
         if core::ptr::eq((*proc).waitProcLock, proclock) {
             entries.push(AdvisoryEntry {
                 key,
-                mode: (*proc).waitLockMode,
+                mode: EntryMode((*proc).waitLockMode),
                 granted: false,
                 pid,
                 // Written by the waiter without the partition lock; an atomic 64-bit read.
@@ -542,22 +542,58 @@ unsafe fn push_advisory(
     }
 }
 
-/// "exclusive", "shared", or the lock manager's own name for any other mode.
-pub fn mode_name(mode: pg_sys::LOCKMODE) -> &'static str {
-    if mode == lockmode(Mode::Exclusive) {
-        Mode::Exclusive.word()
-    } else if mode == lockmode(Mode::Shared) {
-        Mode::Shared.word()
-    } else {
-        // SAFETY: lock.c's lock_mode_names is a static array of static ASCII strings.
-        unsafe {
-            CStr::from_ptr(pg_sys::GetLockmodeName(
-                pg_sys::USER_LOCKMETHOD as u16,
-                mode,
-            ))
+/// The mode of an advisory lock-table entry: one of advlock's two (`Mode`) for every lock taken
+/// through advlock or `pg_advisory_*`, but the lock manager lets any code take any mode on an
+/// advisory tag, so the snapshot keeps the lock manager's number.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct EntryMode(pg_sys::LOCKMODE);
+
+impl EntryMode {
+    pub fn of(mode: Mode) -> EntryMode {
+        EntryMode(lockmode(mode))
+    }
+
+    /// Any lock-manager mode (the tests' other modes).
+    #[cfg(any(test, feature = "pg_test"))]
+    pub fn raw(mode: pg_sys::LOCKMODE) -> EntryMode {
+        EntryMode(mode)
+    }
+
+    /// advlock's mode, when it is one of the two.
+    pub fn advlock(self) -> Option<Mode> {
+        [Mode::Exclusive, Mode::Shared]
+            .into_iter()
+            .find(|&m| lockmode(m) == self.0)
+    }
+
+    /// "exclusive", "shared", or the lock manager's own name for any other mode.
+    pub fn name(self) -> &'static str {
+        match self.advlock() {
+            Some(mode) => mode.word(),
+            // SAFETY: lock.c's lock_mode_names is a static array of static ASCII strings.
+            None => unsafe {
+                CStr::from_ptr(pg_sys::GetLockmodeName(
+                    pg_sys::USER_LOCKMETHOD as u16,
+                    self.0,
+                ))
+            }
+            .to_str()
+            .unwrap_or("unknown"),
         }
-        .to_str()
-        .unwrap_or("unknown")
+    }
+
+    /// Whether a hold in one of the two modes blocks a request for the other (conflict is
+    /// symmetric): the user lock method's own conflict table, which lock.c consults, so that
+    /// every "who blocks this key" answer agrees with the lock manager.
+    pub fn conflicts(self, other: EntryMode) -> bool {
+        let tag = advisory_tag(0);
+        // SAFETY: GetLockTagsMethodTable only reads the tag's lock method id (USER_LOCKMETHOD)
+        // and returns lock.c's static LockMethod, whose conflictTab has numLockModes + 1
+        // entries; both modes come from the lock table (or `lockmode`), so they are in range.
+        unsafe {
+            let method = pg_sys::GetLockTagsMethodTable(&tag);
+            *(*method).conflictTab.add(self.0 as usize) & (1 << other.0) != 0
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use crate::activity::{self, Activity, State};
 use crate::backend;
 use crate::diagnostics::idle_threshold_micros;
 use crate::errors::Report;
+use crate::lock_mode::Mode;
 use crate::lockmgr::{self, AdvisoryKey};
 use crate::preload::{labels, stats};
 use crate::server_text::ServerTextOut;
@@ -148,7 +149,6 @@ fn advlock_metrics() -> TableIterator<
     for row in counters.into_iter().flatten() {
         rows.entry(row.ns).or_default().counters = Some(row.counters);
     }
-    let shared_mode = pg_sys::ShareLock as pg_sys::LOCKMODE;
     for e in &entries {
         let int8_key = match e.key {
             AdvisoryKey::Int8(k) => Some(k),
@@ -163,7 +163,8 @@ fn advlock_metrics() -> TableIterator<
             }
             continue;
         }
-        let labelled = int8_key.and_then(|k| hold_ns.get(&(e.pid, k, e.mode == shared_mode)));
+        let labelled =
+            int8_key.and_then(|k| hold_ns.get(&(e.pid, k, e.mode.advlock() == Some(Mode::Shared))));
         let row = rows.entry(labelled.map(|(ns, _)| ns.to_vec())).or_default();
         row.holders.insert(e.pid);
         row.locks += 1;

@@ -4,6 +4,30 @@ mod tests {
     use crate::tests::{error_of, one_bool, one_i64, one_text};
     use pgrx::prelude::*;
 
+    /// The one conflict rule is the lock manager's own table: the two advisory modes conflict
+    /// unless both are shared, and any other mode a hold on an advisory tag could have is
+    /// judged the way lock.c judges it (ShareLock against RowExclusiveLock: conflict; against
+    /// AccessShareLock: none).
+    #[pg_test]
+    fn entry_modes_conflict_as_the_lock_manager_says() {
+        use crate::lock_mode::Mode;
+        use crate::lockmgr::EntryMode;
+        let (x, s) = (EntryMode::of(Mode::Exclusive), EntryMode::of(Mode::Shared));
+        assert!(x.conflicts(x) && x.conflicts(s) && s.conflicts(x));
+        assert!(!s.conflicts(s));
+        assert_eq!(
+            (x.advlock(), s.advlock()),
+            (Some(Mode::Exclusive), Some(Mode::Shared))
+        );
+        assert_eq!((x.name(), s.name()), ("exclusive", "shared"));
+        let row_exclusive = EntryMode::raw(pgrx::pg_sys::RowExclusiveLock as i32);
+        let access_share = EntryMode::raw(pgrx::pg_sys::AccessShareLock as i32);
+        assert!(s.conflicts(row_exclusive) && row_exclusive.conflicts(s));
+        assert!(!s.conflicts(access_share) && !x.conflicts(access_share));
+        assert_eq!(row_exclusive.advlock(), None);
+        assert_eq!(row_exclusive.name(), "RowExclusiveLock");
+    }
+
     #[pg_test]
     fn holders_decode_int8_keys_including_negative() {
         for key in [
