@@ -328,7 +328,7 @@ pub(crate) fn observe(key: i64, timeout_ms: i32, known: Option<i64>) -> Observed
     let observer = table::with_table(true, |t| t.observe(me, database, key))
         .expect("the lease table exists")
         .expect("one observer entry per backend");
-    let deadline = backend::now() + i64::from(timeout_ms) * 1000;
+    let deadline = backend::now() + backend::ms_to_us(timeout_ms);
     PgTryBuilder::new(|| {
         let observed = watch(database, key, known, deadline);
         table::with_table(true, |t| t.unobserve(observer));

@@ -180,7 +180,7 @@ pub(crate) fn take(
         Ok(waiter) => waiter,
         Err(refusal) => refusal.raise(function, &target, slots),
     };
-    let deadline = started + i64::from(timeout_ms) * 1000;
+    let deadline = started + backend::ms_to_us(timeout_ms);
     let granted = PgTryBuilder::new(|| {
         wait_for_grant(waiter, database, key, deadline)?;
         // SAFETY: fcinfo is this call's, with its FmgrInfo.
@@ -363,8 +363,9 @@ fn lease_renew(lease: Option<i64>, ttl_ms: Option<i32>) -> bool {
             crate::provisional::lease_ended(id);
             return false;
         }
-        let earlier = now + i64::from(ttl_ms) * 1000 < l.expires_at;
-        l.expires_at = now + i64::from(ttl_ms) * 1000;
+        let expires_at = now + backend::ms_to_us(ttl_ms);
+        let earlier = expires_at < l.expires_at;
+        l.expires_at = expires_at;
         l.ttl_ms = ttl_ms;
         l.renewed_at = now;
         l.pid = me.pid;

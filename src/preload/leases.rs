@@ -463,7 +463,7 @@ impl Table {
         l.ttl_ms = grant.ttl_ms;
         l.granted_at = now;
         l.renewed_at = now;
-        l.expires_at = now + i64::from(grant.ttl_ms) * 1000;
+        l.expires_at = now + backend::ms_to_us(grant.ttl_ms);
         l.app_len = copy_clipped(&mut l.app, grant.app);
         l.label_len = copy_clipped(&mut l.label, grant.label);
         l.candidate_len = copy_clipped(&mut l.candidate, grant.candidate);
