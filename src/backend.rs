@@ -120,6 +120,12 @@ pub fn now() -> pg_sys::TimestampTz {
     unsafe { pg_sys::GetCurrentTimestamp() }
 }
 
+/// `ms` milliseconds in `TimestampTz` units (microseconds): how a TTL, timeout or threshold
+/// given in milliseconds is added to or compared with `now()`.
+pub fn ms_to_us(ms: i32) -> i64 {
+    i64::from(ms) * 1000
+}
+
 /// A `TimestampTz` as the SQL type.
 pub fn timestamptz(value: pg_sys::TimestampTz) -> Option<TimestampWithTimeZone> {
     TimestampWithTimeZone::try_from(value).ok()

@@ -20,7 +20,7 @@ const MICROS_PER_DAY: i128 = 86_400_000_000;
 #[pg_extern(stable, parallel_safe)]
 fn advlock_idle_threshold(older_than: default!(Option<Interval>, "NULL")) -> Interval {
     match older_than {
-        None => Interval::from_micros(gucs::IDLE_THRESHOLD_MS.get() as i64 * 1000),
+        None => Interval::from_micros(backend::ms_to_us(gucs::IDLE_THRESHOLD_MS.get())),
         Some(interval) => {
             if micros_of(&interval) < 0 {
                 negative_older_than(
@@ -53,7 +53,7 @@ fn micros_of(interval: &Interval) -> i128 {
 /// setting), rejecting a negative interval under that function's name.
 pub fn idle_threshold_micros(older_than: Option<Interval>, function: &str) -> i64 {
     match older_than {
-        None => gucs::IDLE_THRESHOLD_MS.get() as i64 * 1000,
+        None => backend::ms_to_us(gucs::IDLE_THRESHOLD_MS.get()),
         Some(interval) => {
             let micros = micros_of(&interval);
             if micros < 0 {

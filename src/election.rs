@@ -208,15 +208,14 @@ type LeaderRow = (
 );
 
 impl Leader {
-    fn of(t: &table::Table, index: usize) -> Leader {
-        let l = &t.leases[index];
+    fn of(l: &table::Lease) -> Leader {
         Leader {
-            term: l.id,
-            candidate: l.candidate[..l.candidate_len as usize].to_vec(),
-            since: l.granted_at,
-            expires_at: l.expires_at,
-            pid: l.pid,
-            app: l.app[..l.app_len as usize].to_vec(),
+            term: l.id(),
+            candidate: l.candidate().to_vec(),
+            since: l.granted_at(),
+            expires_at: l.expires_at(),
+            pid: l.pid(),
+            app: l.app().to_vec(),
         }
     }
 
@@ -237,7 +236,7 @@ fn leader(target: Target) -> Option<LeaderRow> {
     leases::require_leases(LEADER);
     let (database, key, now) = (backend::database(), target.key, backend::now());
     table::with_table(false, |t| match t.leadership(database, key, now) {
-        Leadership::Held(i) => Some(Leader::of(t, i)),
+        Leadership::Held(l) => Some(Leader::of(l)),
         Leadership::Starting | Leadership::Vacant => None,
     })
     .flatten()
@@ -328,7 +327,7 @@ pub(crate) fn observe(key: i64, timeout_ms: i32, known: Option<i64>) -> Observed
     let observer = table::with_table(true, |t| t.observe(me, database, key))
         .expect("the lease table exists")
         .expect("one observer entry per backend");
-    let deadline = backend::now() + i64::from(timeout_ms) * 1000;
+    let deadline = backend::now() + backend::ms_to_us(timeout_ms);
     PgTryBuilder::new(|| {
         let observed = watch(database, key, known, deadline);
         table::with_table(true, |t| t.unobserve(observer));
@@ -357,7 +356,7 @@ fn watch(database: u32, key: i64, known: Option<i64>, deadline: i64) -> Observed
                 t.settle(database, key, now);
             }
             match t.leadership(database, key, now) {
-                Leadership::Held(i) => (Some(Leader::of(t, i)), false),
+                Leadership::Held(l) => (Some(Leader::of(l)), false),
                 Leadership::Starting => (None, true),
                 Leadership::Vacant => (None, false),
             }

@@ -191,7 +191,7 @@ fn check() -> bool {
         return false;
     };
     let idle_us = backend::now().saturating_sub(since);
-    let timeout_us = i64::from(timeout_ms) * 1000;
+    let timeout_us = backend::ms_to_us(timeout_ms);
     if idle_us < timeout_us {
         arm_after(((timeout_us - idle_us + 999) / 1000) as i32);
         return true;

@@ -23,7 +23,7 @@ use crate::fencing;
 use crate::lock_request::{timeout, Target};
 use crate::lockmgr;
 use crate::preload::labels::{self, LABEL_BYTES};
-use crate::preload::leases::{self as table, Ended, Grant, State};
+use crate::preload::leases::{self as table, Ended, Grant, Renewal};
 use crate::preload::shmem;
 use crate::server_text::{ServerText, ServerTextOut};
 use pgrx::pg_sys;
@@ -180,7 +180,7 @@ pub(crate) fn take(
         Ok(waiter) => waiter,
         Err(refusal) => refusal.raise(function, &target, slots),
     };
-    let deadline = started + i64::from(timeout_ms) * 1000;
+    let deadline = started + backend::ms_to_us(timeout_ms);
     let granted = PgTryBuilder::new(|| {
         wait_for_grant(waiter, database, key, deadline)?;
         // SAFETY: fcinfo is this call's, with its FmgrInfo.
@@ -293,15 +293,11 @@ fn wait_for_grant(waiter: usize, database: u32, key: i64, deadline: i64) -> Opti
     }
 }
 
-/// The role of held lease `id` in this database, if there is one.
+/// The role of held lease `id` in this database, if there is one (expired but not freed yet
+/// too: renewing it then frees it, releasing it counts it as expired).
 fn owner_of(id: i64) -> Option<u32> {
-    table::with_table(false, |t| {
-        t.leases
-            .iter()
-            .find(|l| l.state == State::Held && l.database == backend::database() && l.id == id)
-            .map(|l| l.role)
-    })
-    .flatten()
+    let database = backend::database();
+    table::with_table(false, |t| t.held(database, id).map(|l| l.role())).flatten()
 }
 
 /// Renewing or releasing needs the lease's role or membership in it (checked outside the
@@ -349,37 +345,16 @@ fn lease_renew(lease: Option<i64>, ttl_ms: Option<i32>) -> bool {
     };
     check_may_manage(RENEW, "renew", id, role);
     let (app, me, database) = (application_name(), table::me(), backend::database());
-    table::with_table(true, |t| {
-        let now = backend::now();
-        let Some(l) = t.find(database, id) else {
-            return false;
-        };
-        let (key, term) = (l.key, l.is_term());
-        if l.expires_at <= now {
-            // Too late: it ended at expires_at even if nobody noticed until now.
-            l.state = State::Free;
-            t.count_expired(database, key, term);
-            t.settle(database, key, now);
-            crate::provisional::lease_ended(id);
-            return false;
-        }
-        let earlier = now + i64::from(ttl_ms) * 1000 < l.expires_at;
-        l.expires_at = now + i64::from(ttl_ms) * 1000;
-        l.ttl_ms = ttl_ms;
-        l.renewed_at = now;
-        l.pid = me.pid;
-        l.procno = me.procno;
-        l.app_len = table::copy_clipped(&mut l.app, &app);
-        t.count_renewed();
-        // A shorter TTL moves the next expiry earlier: the key's oldest waiter recomputes, and
-        // so do its observers (they wake at the leader's expiry).
-        t.settle(database, key, now);
-        if earlier {
-            t.wake_observers(database, key);
-        }
-        true
+    let renewed = table::with_table(true, |t| {
+        t.renew(database, id, ttl_ms, me, &app, backend::now())
     })
-    .unwrap_or(false)
+    .unwrap_or(Renewal::NotFound);
+    if renewed == Renewal::Expired {
+        // Renewed too late, it ended: a statement of this transaction that took it has nothing
+        // left to undo for it.
+        crate::provisional::lease_ended(id);
+    }
+    renewed == Renewal::Renewed
 }
 
 #[pg_extern(name = "advlock_lease_release", volatile, parallel_unsafe)]
@@ -470,14 +445,9 @@ fn advlock_lease_expiry(
     let id = required(lease, EXPIRY, "lease");
     require_leases(&caller);
     let database = backend::database();
-    table::with_table(false, |t| {
-        t.leases
-            .iter()
-            .find(|l| l.state == State::Held && l.database == database && l.id == id)
-            .map(|l| l.expires_at)
-    })
-    .flatten()
-    .and_then(backend::timestamptz)
+    table::with_table(false, |t| t.held(database, id).map(|l| l.expires_at()))
+        .flatten()
+        .and_then(backend::timestamptz)
 }
 
 /// The leases of the current database, held and awaited: the feed of the `advlock_leases` view.
@@ -505,44 +475,38 @@ fn advlock_lease_entries() -> TableIterator<
     let now = backend::now();
     let rows = table::with_table(false, |t| {
         let mut rows = Vec::new();
-        for l in t.leases.iter() {
-            // An expired lease is over even before someone frees its entry.
-            if l.state != State::Held || l.database != database || l.expires_at <= now {
-                continue;
-            }
+        // An expired lease is over even before someone frees its entry: live leases only.
+        for l in t.live_in(database, now) {
             let text = |bytes: &[u8]| (!bytes.is_empty()).then(|| ServerTextOut(bytes.to_vec()));
             rows.push((
-                l.key,
-                text(&l.label[..l.label_len as usize]),
-                l.slots as i32,
-                Some(l.id),
+                l.key(),
+                text(l.label()),
+                l.slots() as i32,
+                Some(l.id()),
                 true,
-                Some(pg_sys::Oid::from(l.role)),
-                l.pid,
-                text(&l.app[..l.app_len as usize]),
-                backend::timestamptz(l.granted_at),
-                backend::timestamptz(l.renewed_at),
-                backend::timestamptz(l.expires_at),
+                Some(pg_sys::Oid::from(l.role())),
+                l.pid(),
+                text(l.app()),
+                backend::timestamptz(l.granted_at()),
+                backend::timestamptz(l.renewed_at()),
+                backend::timestamptz(l.expires_at()),
                 None,
             ));
         }
-        for w in t.waiters.iter() {
-            if w.pid == 0 || w.database != database {
-                continue;
-            }
+        for w in t.waiting_in(database) {
             rows.push((
-                w.key,
+                w.key(),
                 None,
-                w.slots as i32,
+                w.slots() as i32,
                 None,
                 false,
                 None,
-                w.pid,
+                w.pid(),
                 None,
                 None,
                 None,
                 None,
-                backend::timestamptz(w.since),
+                backend::timestamptz(w.since()),
             ));
         }
         rows
@@ -570,15 +534,11 @@ fn advlock_lease_stats() -> TableIterator<
     require_leases("advlock_lease_stats");
     let now = backend::now();
     let row = table::with_table(false, |t| {
-        let held = t
-            .leases
-            .iter()
-            .filter(|l| l.state == State::Held && l.expires_at > now)
-            .count() as i64;
-        let waiting = t.waiters.iter().filter(|w| w.pid != 0).count() as i64;
+        let held = t.live(now).count() as i64;
+        let waiting = t.waiting().count() as i64;
         let c = t.counters();
         (
-            t.leases.len() as i64,
+            t.capacity() as i64,
             held,
             waiting,
             c.granted as i64,
@@ -599,15 +559,9 @@ fn advlock_lease_candidates(
 ) -> TableIterator<'static, (name!(lease, i64), name!(candidate, ServerTextOut))> {
     let database = backend::database();
     let rows = table::with_table(false, |t| {
-        t.leases
-            .iter()
-            .filter(|l| l.state == table::State::Held && l.database == database && l.is_term())
-            .map(|l| {
-                (
-                    l.id,
-                    ServerTextOut(l.candidate[..l.candidate_len as usize].to_vec()),
-                )
-            })
+        t.held_in(database)
+            .filter(|l| l.is_term())
+            .map(|l| (l.id(), ServerTextOut(l.candidate().to_vec())))
             .collect::<Vec<_>>()
     })
     .unwrap_or_default();

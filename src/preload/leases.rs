@@ -37,7 +37,7 @@ const NONE: i32 = -1;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u32)]
-pub enum State {
+enum State {
     Free = 0,
     /// Reserved by `settle` for a waiter, which has not drawn its token yet.
     Pending = 1,
@@ -67,29 +67,32 @@ pub struct Counters {
     pub terms_resigned: u64,
 }
 
+/// One lease entry. Its fields are this module's: the rest of advlock reads a lease through the
+/// accessors below and changes one only through `Table`'s operations, so what "live" and
+/// "expired" mean, and what ending or renewing a lease does, is written once, here.
 #[repr(C)]
 pub struct Lease {
-    pub state: State,
-    pub database: u32,
-    pub key: i64,
-    pub slots: u32,
+    state: State,
+    database: u32,
+    key: i64,
+    slots: u32,
     /// The lease id and fencing token; 0 while pending.
-    pub id: i64,
-    pub role: u32,
-    pub ttl_ms: i32,
-    pub granted_at: i64,
-    pub expires_at: i64,
-    pub renewed_at: i64,
+    id: i64,
+    role: u32,
+    ttl_ms: i32,
+    granted_at: i64,
+    expires_at: i64,
+    renewed_at: i64,
     /// The backend that took or last renewed it (for a pending lease: its waiter).
-    pub pid: i32,
-    pub procno: i32,
-    pub app_len: u32,
-    pub app: [u8; APP_NAME_BYTES],
-    pub label_len: u32,
-    pub label: [u8; LABEL_BYTES],
+    pid: i32,
+    procno: i32,
+    app_len: u32,
+    app: [u8; APP_NAME_BYTES],
+    label_len: u32,
+    label: [u8; LABEL_BYTES],
     /// The candidate of a term (`advlock_campaign`); 0 bytes for a plain lease.
-    pub candidate_len: u32,
-    pub candidate: [u8; CANDIDATE_BYTES],
+    candidate_len: u32,
+    candidate: [u8; CANDIDATE_BYTES],
 }
 
 impl Lease {
@@ -97,40 +100,136 @@ impl Lease {
     pub fn is_term(&self) -> bool {
         self.candidate_len > 0
     }
+
+    /// Held and within its TTL. A lease past its expiry is over even before someone frees its
+    /// entry: views, statistics and leadership count only live leases.
+    pub fn is_live(&self, now: i64) -> bool {
+        self.state == State::Held && self.expires_at > now
+    }
+
+    /// Held but past its expiry: it ended at `expires_at`, and its entry is freed (and counted
+    /// as expired) by whoever notices first.
+    fn has_expired(&self, now: i64) -> bool {
+        self.state == State::Held && self.expires_at <= now
+    }
+
+    /// Held in `database`, live or expired but not freed yet: the leases a lease id can still
+    /// name (to renew, release or check it).
+    fn is_held_in(&self, database: u32) -> bool {
+        self.state == State::Held && self.database == database
+    }
+
+    /// Starts (at a grant) or restarts (at a renewal) the TTL: it runs `ttl_ms` from `now`.
+    fn run_ttl(&mut self, ttl_ms: i32, now: i64) {
+        self.ttl_ms = ttl_ms;
+        self.renewed_at = now;
+        self.expires_at = now + backend::ms_to_us(ttl_ms);
+    }
+
+    pub fn key(&self) -> i64 {
+        self.key
+    }
+
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// The lease id, which is also its fencing token (and a term's number).
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// The role that took it (who may renew or release it, with its members).
+    pub fn role(&self) -> u32 {
+        self.role
+    }
+
+    /// The backend that took or last renewed it.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    pub fn granted_at(&self) -> i64 {
+        self.granted_at
+    }
+
+    pub fn renewed_at(&self) -> i64 {
+        self.renewed_at
+    }
+
+    pub fn expires_at(&self) -> i64 {
+        self.expires_at
+    }
+
+    /// The application_name of the backend that took or last renewed it (clipped).
+    pub fn app(&self) -> &[u8] {
+        &self.app[..self.app_len as usize]
+    }
+
+    /// Its advisory lock label (empty for a bare key).
+    pub fn label(&self) -> &[u8] {
+        &self.label[..self.label_len as usize]
+    }
+
+    /// The candidate of a term; empty for a plain lease.
+    pub fn candidate(&self) -> &[u8] {
+        &self.candidate[..self.candidate_len as usize]
+    }
 }
 
 /// A backend waiting for the leader of a key to change (`crate::election`).
 #[repr(C)]
-pub struct Observer {
+struct Observer {
     /// 0 when the entry is free.
-    pub pid: i32,
-    pub procno: i32,
-    pub database: u32,
-    pub key: i64,
+    pid: i32,
+    procno: i32,
+    database: u32,
+    key: i64,
 }
 
 /// Who leads a key now, as an observer sees it.
-pub enum Leadership {
-    /// A live lease holds the key: its index.
-    Held(usize),
+pub enum Leadership<'t> {
+    /// A live lease holds the key.
+    Held(&'t Lease),
     /// A waiter was given the key and is drawing its token: a new term is about to start.
     Starting,
     /// Nobody holds the key.
     Vacant,
 }
 
+/// A backend waiting for a lease (one entry per backend). Read outside this module through the
+/// accessors below, for the `advlock_leases` view.
 #[repr(C)]
 pub struct Waiter {
     /// 0 when the entry is free.
-    pub pid: i32,
-    pub procno: i32,
-    pub database: u32,
-    pub key: i64,
-    pub slots: u32,
-    pub ticket: u64,
-    pub since: i64,
+    pid: i32,
+    procno: i32,
+    database: u32,
+    key: i64,
+    slots: u32,
+    ticket: u64,
+    since: i64,
     /// Index of the lease `settle` reserved for it, or NONE.
-    pub reserved: i32,
+    reserved: i32,
+}
+
+impl Waiter {
+    pub fn key(&self) -> i64 {
+        self.key
+    }
+
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// When it began to wait.
+    pub fn since(&self) -> i64 {
+        self.since
+    }
 }
 
 static TABLE: AtomicPtr<Header> = AtomicPtr::new(core::ptr::null_mut());
@@ -177,12 +276,13 @@ unsafe fn shmem_attach() {
     }
 }
 
-/// The table, with the lock held for as long as it lives.
+/// The table, with the lock held for as long as it lives. Its entries are reached only through
+/// its methods: the operations (grant, renew, end, expire) and read-only views of the entries.
 pub struct Table {
     header: *mut Header,
-    pub leases: &'static mut [Lease],
-    pub waiters: &'static mut [Waiter],
-    pub observers: &'static mut [Observer],
+    leases: &'static mut [Lease],
+    waiters: &'static mut [Waiter],
+    observers: &'static mut [Observer],
     exclusive: bool,
 }
 
@@ -299,13 +399,47 @@ impl Table {
             })
     }
 
-    /// The earliest expiry among the key's held leases.
+    /// The earliest expiry among the key's held leases (an expired one not freed yet included).
     pub fn next_expiry(&self, database: u32, key: i64) -> Option<i64> {
-        self.leases
-            .iter()
-            .filter(|l| l.state == State::Held && l.database == database && l.key == key)
+        self.held_in(database)
+            .filter(|l| l.key == key)
             .map(|l| l.expires_at)
             .min()
+    }
+
+    /// The held leases of `database`, live or expired but not freed yet (see `Lease::is_held_in`).
+    pub fn held_in(&self, database: u32) -> impl Iterator<Item = &Lease> {
+        self.leases.iter().filter(move |l| l.is_held_in(database))
+    }
+
+    /// Held lease `id` of `database`, live or expired but not freed yet.
+    pub fn held(&self, database: u32, id: i64) -> Option<&Lease> {
+        self.held_in(database).find(|l| l.id == id)
+    }
+
+    /// The live leases of every database.
+    pub fn live(&self, now: i64) -> impl Iterator<Item = &Lease> {
+        self.leases.iter().filter(move |l| l.is_live(now))
+    }
+
+    /// The live leases of `database`.
+    pub fn live_in(&self, database: u32, now: i64) -> impl Iterator<Item = &Lease> {
+        self.live(now).filter(move |l| l.database == database)
+    }
+
+    /// The waiter entries in use, of every database.
+    pub fn waiting(&self) -> impl Iterator<Item = &Waiter> {
+        self.waiters.iter().filter(|w| w.pid != 0)
+    }
+
+    /// The waiter entries in use in `database`.
+    pub fn waiting_in(&self, database: u32) -> impl Iterator<Item = &Waiter> {
+        self.waiting().filter(move |w| w.database == database)
+    }
+
+    /// How many lease entries there are (`advlock.max_leases`).
+    pub fn capacity(&self) -> usize {
+        self.leases.len()
     }
 
     /// Grants what can be granted on `key` (see the module comment). Returns whether a free
@@ -319,20 +453,16 @@ impl Table {
             if l.state == State::Free || l.database != database || l.key != key {
                 continue;
             }
-            match l.state {
-                State::Held if l.expires_at <= now => {
-                    l.state = State::Free;
-                    expired += 1;
-                    terms_expired += u64::from(l.is_term());
-                }
-                State::Pending if !backend::backend_alive(l.procno, l.pid) => {
-                    l.state = State::Free;
-                    vanished = true;
-                }
-                _ => {
-                    live += 1;
-                    slots = Some(l.slots);
-                }
+            if l.has_expired(now) {
+                l.state = State::Free;
+                expired += 1;
+                terms_expired += u64::from(l.is_term());
+            } else if l.state == State::Pending && !backend::backend_alive(l.procno, l.pid) {
+                l.state = State::Free;
+                vanished = true;
+            } else {
+                live += 1;
+                slots = Some(l.slots);
             }
         }
         self.counters_mut().expired += expired;
@@ -417,7 +547,7 @@ impl Table {
         }
         let (mut expired, mut terms_expired, mut keys) = (0, 0, Vec::new());
         for l in self.leases.iter_mut() {
-            if l.state == State::Held && l.expires_at <= now {
+            if l.has_expired(now) {
                 l.state = State::Free;
                 expired += 1;
                 if l.is_term() {
@@ -460,10 +590,8 @@ impl Table {
         l.state = State::Held;
         l.id = grant.id;
         l.role = grant.role;
-        l.ttl_ms = grant.ttl_ms;
         l.granted_at = now;
-        l.renewed_at = now;
-        l.expires_at = now + i64::from(grant.ttl_ms) * 1000;
+        l.run_ttl(grant.ttl_ms, now);
         l.app_len = copy_clipped(&mut l.app, grant.app);
         l.label_len = copy_clipped(&mut l.label, grant.label);
         l.candidate_len = copy_clipped(&mut l.candidate, grant.candidate);
@@ -481,37 +609,93 @@ impl Table {
         self.waiters[waiter].reserved = NONE;
     }
 
-    /// The held lease `id` of `database`.
-    pub fn find(&mut self, database: u32, id: i64) -> Option<&mut Lease> {
+    /// The entry of held lease `id` of `database` (live or expired but not freed yet).
+    fn find(&self, database: u32, id: i64) -> Option<usize> {
         self.leases
-            .iter_mut()
-            .find(|l| l.state == State::Held && l.database == database && l.id == id)
+            .iter()
+            .position(|l| l.is_held_in(database) && l.id == id)
     }
 
-    fn count_released(&mut self) {
-        self.counters_mut().released += 1;
-    }
-
-    pub fn count_renewed(&mut self) {
+    /// Renews lease `id` of `database` for `ttl_ms` from `now`, as `me` (with application_name
+    /// `app`): `advlock_lease_renew`. A lease renewed too late is not revived: it ended at its
+    /// expiry, and is freed now (counted as expired, its key settled).
+    pub fn renew(
+        &mut self,
+        database: u32,
+        id: i64,
+        ttl_ms: i32,
+        me: Me,
+        app: &[u8],
+        now: i64,
+    ) -> Renewal {
+        let Some(index) = self.find(database, id) else {
+            return Renewal::NotFound;
+        };
+        if self.leases[index].has_expired(now) {
+            // Too late: it ended at expires_at even if nobody noticed until now.
+            self.free(index, now);
+            return Renewal::Expired;
+        }
+        let l = &mut self.leases[index];
+        let (key, before) = (l.key, l.expires_at);
+        l.run_ttl(ttl_ms, now);
+        l.pid = me.pid;
+        l.procno = me.procno;
+        l.app_len = copy_clipped(&mut l.app, app);
+        let earlier = l.expires_at < before;
         self.counters_mut().renewed += 1;
+        // A shorter TTL moves the next expiry earlier: the key's oldest waiter recomputes, and
+        // so do its observers (they wake at the leader's expiry).
+        self.settle(database, key, now);
+        if earlier {
+            self.wake_observers(database, key);
+        }
+        Renewal::Renewed
+    }
+
+    /// Ends lease `id` of `database` and lets the key's next waiters have it; `Ended::NotFound`
+    /// when no entry holds it (never taken, or already freed).
+    pub fn end(&mut self, database: u32, id: i64, now: i64) -> Ended {
+        match self.find(database, id) {
+            Some(index) => self.free(index, now),
+            None => Ended::NotFound,
+        }
+    }
+
+    /// Frees held lease entry `index` and counts how it ended: expired (its TTL had run out, so it
+    /// ended then) or released (a term: resigned). Then the key's observers look again and its
+    /// waiters are settled. The one place a held lease is freed on request.
+    fn free(&mut self, index: usize, now: i64) -> Ended {
+        let l = &mut self.leases[index];
+        let (database, key, term, expired) = (l.database, l.key, l.is_term(), l.has_expired(now));
+        l.state = State::Free;
+        if expired {
+            self.counters_mut().expired += 1;
+            if term {
+                self.counters_mut().terms_expired += 1;
+            }
+        } else {
+            self.counters_mut().released += 1;
+            if term {
+                self.counters_mut().terms_resigned += 1;
+            }
+        }
+        self.wake_observers(database, key);
+        self.settle(database, key, now);
+        if expired {
+            Ended::Expired
+        } else {
+            Ended::Released
+        }
     }
 
     pub fn count_timed_out(&mut self) {
         self.counters_mut().timed_out += 1;
     }
 
-    /// Lease `id`, found expired when someone renewed it too late, is freed now.
-    pub fn count_expired(&mut self, database: u32, key: i64, term: bool) {
-        self.counters_mut().expired += 1;
-        if term {
-            self.counters_mut().terms_expired += 1;
-        }
-        self.wake_observers(database, key);
-    }
-
     /// Sets the latch of every backend observing `key` of `database` (its leader changed or may
     /// have).
-    pub fn wake_observers(&self, database: u32, key: i64) {
+    fn wake_observers(&self, database: u32, key: i64) {
         for o in self.observers.iter() {
             if o.pid != 0 && o.database == database && o.key == key {
                 set_latch_of(o.procno);
@@ -538,25 +722,23 @@ impl Table {
 
     /// Who leads `key` now. A lease past its expiry leads no more (even before someone frees
     /// it); among several live leases (a key used with slots > 1, not an election) the newest.
-    pub fn leadership(&self, database: u32, key: i64, now: i64) -> Leadership {
-        let mut held: Option<usize> = None;
+    pub fn leadership(&self, database: u32, key: i64, now: i64) -> Leadership<'_> {
+        let mut held: Option<&Lease> = None;
         let mut starting = false;
-        for (i, l) in self.leases.iter().enumerate() {
+        for l in self.leases.iter() {
             if l.database != database || l.key != key {
                 continue;
             }
-            match l.state {
-                State::Held
-                    if l.expires_at > now && held.is_none_or(|h| self.leases[h].id < l.id) =>
-                {
-                    held = Some(i);
+            if l.is_live(now) {
+                if held.is_none_or(|h| h.id < l.id) {
+                    held = Some(l);
                 }
-                State::Pending => starting = true,
-                _ => {}
+            } else if l.state == State::Pending {
+                starting = true;
             }
         }
         match held {
-            Some(i) => Leadership::Held(i),
+            Some(l) => Leadership::Held(l),
             None if starting => Leadership::Starting,
             None => Leadership::Vacant,
         }
@@ -601,33 +783,21 @@ pub enum Ended {
     NotFound,
 }
 
-/// Ends lease `id` of `database` and lets the key's next waiters have it. The one path for
+/// How `Table::renew` found a lease.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Renewal {
+    /// It was live: its TTL runs again from now.
+    Renewed,
+    /// Its TTL had run out: it had ended then (freed now, counted as expired).
+    Expired,
+    /// No such lease (never, or already freed).
+    NotFound,
+}
+
+/// Ends lease `id` of `database` (`Table::end`) under the lock. The one path for
 /// `advlock_lease_release` and for a lease whose statement failed.
 pub fn end(database: u32, id: i64) -> Ended {
-    with_table(true, |t| {
-        let now = backend::now();
-        let Some(l) = t.find(database, id) else {
-            return Ended::NotFound;
-        };
-        let (key, expired, term) = (l.key, l.expires_at <= now, l.is_term());
-        l.state = State::Free;
-        if expired {
-            t.count_expired(database, key, term);
-        } else {
-            t.count_released();
-            if term {
-                t.counters_mut().terms_resigned += 1;
-            }
-            t.wake_observers(database, key);
-        }
-        t.settle(database, key, now);
-        if expired {
-            Ended::Expired
-        } else {
-            Ended::Released
-        }
-    })
-    .unwrap_or(Ended::NotFound)
+    with_table(true, |t| t.end(database, id, backend::now())).unwrap_or(Ended::NotFound)
 }
 
 /// What the granted backend writes into its lease.
@@ -656,7 +826,7 @@ pub fn me() -> Me {
 }
 
 /// Copies at most `dst.len()` bytes, cut at a UTF-8 character boundary.
-pub fn copy_clipped(dst: &mut [u8], src: &[u8]) -> u32 {
+fn copy_clipped(dst: &mut [u8], src: &[u8]) -> u32 {
     let mut n = src.len().min(dst.len());
     while n > 0 && n < src.len() && (src[n] & 0xC0) == 0x80 {
         n -= 1;

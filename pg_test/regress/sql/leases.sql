@@ -70,5 +70,8 @@ SELECT pg_temp.check_error(:'checked');
 SELECT advlock_lease('report', 'expiring', 1, 0) AS expiring \gset
 SELECT pg_sleep(0.05);
 SELECT pg_temp.check_error(:'expiring');
+-- Renewed too late it is not revived (it ended at its expiry): the renewal frees its entry.
+SELECT advlock_lease_renew(:'expiring', 60000) AS renewed_too_late;
+SELECT advlock_lease_expiry(:'expiring') IS NULL AS freed;
 SELECT pg_temp.check_error(12345);
 SELECT advlock_lease_check(NULL);
