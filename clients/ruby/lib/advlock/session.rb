@@ -13,12 +13,24 @@ module Advlock
   # pooler (which announces its own pid), a second connection opened at the same moment reaches
   # a different backend, and the backend reached holds no advisory lock it never asked for.
   # Every later statement checks it ran on the same backend with the backend's local transaction
-  # counter advanced by exactly one (nobody else's transaction in between). The wait goes
-  # through CALL advlock_wait_lock, holding no snapshot (CREATE INDEX CONCURRENTLY is not
-  # stalled); the SQL edition has no such procedure and waits inside the statement.
+  # counter advanced by exactly one (nobody else's transaction in between).
+  #
+  # No probe is conclusive: a busy transaction-mode pool can hand the probe another backend and
+  # our next transaction to anyone. A lock taken between transactions there could be stranded on
+  # a server session we can no longer reach (and the pool would hand it to every later client).
+  # So behind a pooler the lock lives inside one open transaction block, from the try to the
+  # unlock: in every pooling mode an open transaction keeps its server session, so the lock is
+  # only ever taken on the pinned backend and released there. Between statements (read
+  # committed) the block holds no snapshot.
+  #
+  # The wait goes through CALL advlock_wait_lock, which commits first and waits holding no
+  # snapshot (CREATE INDEX CONCURRENTLY is not stalled). A CALL cannot commit inside a
+  # transaction block, so behind a pooler, and in the SQL edition (which has no such procedure),
+  # the wait runs inside the statement.
   class HeldLock
     # Each statement reports its backend and that backend's local transaction counter (the lxid
-    # of its virtual transaction id), which each of our autocommit statements advances by one.
+    # of its virtual transaction id), which each of our autocommit statements advances by one
+    # (and the statements inside the pinning block share).
     BACKEND = "(SELECT pg_catalog.pg_backend_pid() AS pid," \
               " (SELECT CAST(pg_catalog.split_part(l.virtualtransaction, '/', 2) AS int8) FROM pg_catalog.pg_locks l" \
               " WHERE l.locktype = 'virtualxid' AND l.pid = pg_catalog.pg_backend_pid()) AS lxid) b"
@@ -50,6 +62,9 @@ module Advlock
     WHO = "SELECT pid, application_name, backend_state FROM @.advlock_holders" \
           " WHERE key = CAST($1 AS int8) AND granted ORDER BY pid"
     PID = "SELECT pg_catalog.pg_backend_pid()"
+    # Behind a pooler: the block that pins the server session for the life of the lock.
+    PIN = "BEGIN"
+    UNPIN = "COMMIT"
     # How long the pooler probe's second connection may take to answer (a session-mode pool
     # with no free server connection makes it wait: inconclusive, not refused).
     PROBE_WAIT = 2.0
@@ -70,7 +85,8 @@ module Advlock
       @token = 0
       @pid = 0
       @lost = nil
-      @next_lxid = 0
+      @next_lxid = 0 # the backend's transaction counter at our next statement
+      @pinned = false # behind a pooler: inside the transaction block that pins the backend
     end
 
     def self.check_dsn(dsn)
@@ -109,8 +125,10 @@ module Advlock
       connect
       ready = false
       begin
-        @probe_needed = greet
-        probed(probe_pid) if @probe_needed
+        if greet
+          probed(probe_pid)
+          pin
+        end
         acquire
         ready = true
       ensure
@@ -163,7 +181,7 @@ module Advlock
     end
 
     # Reads the first statement's answer; true when a pooler stands between (the protocol's
-    # pid is not the backend's), so the probe must look further.
+    # pid is not the backend's), so the probe must look further and the lock be pinned.
     def greet
       pid, lxid, schema, database, has_wait, holds_advisory =
         @schema ? row(HELLO_SCHEMA, [@schema]) : row(HELLO, [])
@@ -216,6 +234,24 @@ module Advlock
             "client the pooler hands that backend to): #{INSTEAD}"
     end
 
+    # Opens the block that keeps this connection on one server session until the unlock (a
+    # statement-mode pooler refuses it). The try that follows checks where it landed: on the
+    # first statement's backend, and in the transaction right after it.
+    def pin
+      SQL.exec(@conn, PIN, [])
+      @pinned = true
+    rescue PG::Error => e
+      raise UnsafePooler,
+            "session_lock: the pooler refused a transaction block (#{e.message.strip}), so it would not keep one " \
+            "server session for this connection (statement pooling): #{INSTEAD}"
+    end
+
+    # After the unlock: ends the pinning block (closing the connection would roll it back, and a
+    # pooler drops a server connection its client left inside a transaction).
+    def unpin
+      SQL.exec(@conn, UNPIN, []) if @pinned
+    end
+
     # A statement ran on the pinned backend with nobody else's transaction in between.
     def on_ours(pid, lxid)
       pid = SQL.int(pid)
@@ -232,7 +268,8 @@ module Advlock
               "connection (its transaction counter went from #{expected - 1} to #{lxid}): a pooler shares the " \
               "server session (transaction or statement pooling): #{INSTEAD}"
       end
-      @next_lxid = lxid + 1
+      # Inside the pinning block every statement is part of one transaction.
+      @next_lxid = @pinned ? lxid : lxid + 1
     end
 
     def try(wait_ms)
@@ -241,11 +278,18 @@ module Advlock
       token
     end
 
+    # Whether the wait goes through CALL: it commits first, which it cannot do inside the
+    # pinning block.
+    def calls?
+      @snapshot_free_wait && !@pinned
+    end
+
     def acquire
-      # With the snapshot-free wait: a try without waiting first (one round trip when free), then
-      # CALL for the wait. Without it (the SQL edition): the whole wait in the statement.
-      token = try(@snapshot_free_wait ? 0 : @timeout_ms)
-      token = wait_then_try if token.nil? && @snapshot_free_wait && @timeout_ms.positive?
+      # With CALL: a try without waiting first (one round trip when free), then CALL for the
+      # wait. Without it (the SQL edition, or pinned behind a pooler): the whole wait in the
+      # statement.
+      token = try(calls? ? 0 : @timeout_ms)
+      token = wait_then_try if token.nil? && calls? && @timeout_ms.positive?
       raise timeout_error(rows(WHO, [@key])) if token.nil?
 
       @token = Integer(token, 10)
@@ -302,6 +346,7 @@ module Advlock
       unless @lost
         begin
           unlocked(row(UNLOCK, [@pid, @ns, @id, @mode]))
+          unpin unless @lost
         rescue PG::Error => e
           raise unless connection_lost?(e)
 
@@ -321,10 +366,12 @@ module Advlock
     # A session lock on (ns, id), held on a dedicated connection opened from `dsn` (a libpq URI or
     # key=value string) while the block runs; yields the HeldLock (#token: a fencing token, #pid:
     # the server backend, #holding?). The connection must be one server session: a pooler in
-    # transaction or statement mode is refused (UnsafePooler). Waits at most `timeout` seconds,
-    # holding no snapshot (CALL advlock_wait_lock), then LockTimeout naming the holder. At the end
-    # of the block it unlocks and closes the connection; if the connection was lost meanwhile,
-    # LockLost is raised instead of passing silently.
+    # transaction or statement mode is refused (UnsafePooler); behind any pooler the lock is held
+    # inside one transaction block, which keeps the server session. Waits at most `timeout`
+    # seconds (through CALL advlock_wait_lock, holding no snapshot; inside the statement behind a
+    # pooler and in the SQL edition), then LockTimeout naming the holder. At the end of the block
+    # it unlocks and closes the connection; if the connection was lost meanwhile, LockLost is
+    # raised instead of passing silently.
     def session_lock(dsn, ns, id = "", timeout:, shared: false, application_name: nil, schema: nil, &block)
       held = HeldLock.new(dsn, ns, id, timeout, shared, application_name, schema)
       raise ArgumentError, "block: Advlock.session_lock needs a block (the lock is held while it runs)" unless block
