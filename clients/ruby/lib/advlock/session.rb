@@ -20,8 +20,9 @@ module Advlock
   # a server session we can no longer reach (and the pool would hand it to every later client).
   # So behind a pooler the lock lives inside one open transaction block, from the try to the
   # unlock: in every pooling mode an open transaction keeps its server session, so the lock is
-  # only ever taken on the pinned backend and released there. Between statements (read
-  # committed) the block holds no snapshot.
+  # only ever taken on the pinned backend and released there. The block's first statement greets
+  # again and pins the backend it reached. Between statements (read committed) the block holds no
+  # snapshot.
   #
   # The wait goes through CALL advlock_wait_lock, which commits first and waits holding no
   # snapshot (CREATE INDEX CONCURRENTLY is not stalled). A CALL cannot commit inside a
@@ -188,7 +189,7 @@ module Advlock
       @prefix = SQL.prefix_of(schema, database)
       @snapshot_free_wait = SQL.bool(has_wait)
       @pid = SQL.int(pid)
-      @next_lxid = SQL.int(lxid) + 1
+      @next_lxid = @pinned ? SQL.int(lxid) : SQL.int(lxid) + 1
       return false if @pid == @protocol_pid
 
       if SQL.bool(holds_advisory)
@@ -235,15 +236,19 @@ module Advlock
     end
 
     # Opens the block that keeps this connection on one server session until the unlock (a
-    # statement-mode pooler refuses it). The try that follows checks where it landed: on the
-    # first statement's backend, and in the transaction right after it.
+    # statement-mode pooler refuses it), then greets again inside it: the backend the block
+    # reached (maybe not the first statement's, harmless now that it is pinned) is the one the
+    # lock goes on, unless it already holds advisory locks.
     def pin
-      SQL.exec(@conn, PIN, [])
+      begin
+        SQL.exec(@conn, PIN, [])
+      rescue PG::Error => e
+        raise UnsafePooler,
+              "session_lock: the pooler refused a transaction block (#{e.message.strip}), so it would not keep " \
+              "one server session for this connection (statement pooling): #{INSTEAD}"
+      end
       @pinned = true
-    rescue PG::Error => e
-      raise UnsafePooler,
-            "session_lock: the pooler refused a transaction block (#{e.message.strip}), so it would not keep one " \
-            "server session for this connection (statement pooling): #{INSTEAD}"
+      greet
     end
 
     # After the unlock: ends the pinning block (closing the connection would roll it back, and a
