@@ -3,7 +3,7 @@
 use crate::diagnostics::describe_holders;
 use crate::errors::Report;
 use crate::gucs;
-use crate::lock_request::{timeout, Mode, Scope, Target};
+use crate::lock_request::{key_forms, timeout, Mode, Scope, Target};
 use crate::lockmgr;
 use crate::lockmgr::Taken;
 use crate::preload::labels;
@@ -194,89 +194,30 @@ pub fn release_session(function: &str, target: &Target, mode: Mode) -> bool {
     false
 }
 
-#[pg_extern(name = "advlock_try_with_timeout")]
-fn try_with_timeout_key(
-    key: Option<i64>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'xact'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    try_with_timeout(Target::from_key(key, TRY), timeout_ms, scope, mode)
+key_forms! {
+    #[pg_extern(name = "advlock_try_with_timeout")]
+    fn [try_with_timeout_key, try_with_timeout_text, try_with_timeout_int](
+        timeout_ms: Option<i32>,
+        scope: default!(Option<ServerText>, "'xact'"),
+        mode: default!(Option<ServerText>, "'exclusive'"),
+    ) -> [bool]
+    for TRY, |target| try_with_timeout(target, timeout_ms, scope, mode)
 }
 
-#[pg_extern(name = "advlock_try_with_timeout")]
-fn try_with_timeout_text(
-    ns: Option<ServerText>,
-    id: Option<ServerText>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'xact'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    try_with_timeout(Target::from_text(ns, id, TRY), timeout_ms, scope, mode)
+key_forms! {
+    #[pg_extern(name = "advlock_lock_with_timeout")]
+    fn [lock_with_timeout_key, lock_with_timeout_text, lock_with_timeout_int](
+        timeout_ms: Option<i32>,
+        scope: default!(Option<ServerText>, "'xact'"),
+        mode: default!(Option<ServerText>, "'exclusive'"),
+    )
+    for LOCK, |target| lock_with_timeout(target, timeout_ms, scope, mode)
 }
 
-#[pg_extern(name = "advlock_try_with_timeout")]
-fn try_with_timeout_int(
-    ns: Option<ServerText>,
-    id: Option<i64>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'xact'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    try_with_timeout(Target::from_int(ns, id, TRY), timeout_ms, scope, mode)
-}
-
-#[pg_extern(name = "advlock_lock_with_timeout")]
-fn lock_with_timeout_key(
-    key: Option<i64>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'xact'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) {
-    lock_with_timeout(Target::from_key(key, LOCK), timeout_ms, scope, mode)
-}
-
-#[pg_extern(name = "advlock_lock_with_timeout")]
-fn lock_with_timeout_text(
-    ns: Option<ServerText>,
-    id: Option<ServerText>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'xact'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) {
-    lock_with_timeout(Target::from_text(ns, id, LOCK), timeout_ms, scope, mode)
-}
-
-#[pg_extern(name = "advlock_lock_with_timeout")]
-fn lock_with_timeout_int(
-    ns: Option<ServerText>,
-    id: Option<i64>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'xact'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) {
-    lock_with_timeout(Target::from_int(ns, id, LOCK), timeout_ms, scope, mode)
-}
-
-#[pg_extern(name = "advlock_unlock")]
-fn unlock_key(key: Option<i64>, mode: default!(Option<ServerText>, "'exclusive'")) -> bool {
-    unlock(Target::from_key(key, UNLOCK), mode)
-}
-
-#[pg_extern(name = "advlock_unlock")]
-fn unlock_text(
-    ns: Option<ServerText>,
-    id: Option<ServerText>,
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    unlock(Target::from_text(ns, id, UNLOCK), mode)
-}
-
-#[pg_extern(name = "advlock_unlock")]
-fn unlock_int(
-    ns: Option<ServerText>,
-    id: Option<i64>,
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    unlock(Target::from_int(ns, id, UNLOCK), mode)
+key_forms! {
+    #[pg_extern(name = "advlock_unlock")]
+    fn [unlock_key, unlock_text, unlock_int](
+        mode: default!(Option<ServerText>, "'exclusive'"),
+    ) -> [bool]
+    for UNLOCK, |target| unlock(target, mode)
 }

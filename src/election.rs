@@ -23,7 +23,7 @@
 use crate::backend;
 use crate::errors::{invalid_argument, required};
 use crate::leases::{self, LeaseArgs};
-use crate::lock_request::{timeout, Target};
+use crate::lock_request::{key_forms, timeout, Target};
 use crate::lockmgr;
 use crate::preload::leases::{self as table, Leadership, CANDIDATE_BYTES};
 use crate::server_text::{ServerText, ServerTextOut};
@@ -126,57 +126,15 @@ fn campaign(
     leases::take(CAMPAIGN, target, args, fcinfo)
 }
 
-#[pg_extern(name = "advlock_campaign", volatile, parallel_unsafe)]
-fn campaign_key(
-    key: Option<i64>,
-    ttl_ms: Option<i32>,
-    timeout_ms: Option<i32>,
-    candidate: Option<ServerText>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<i64> {
-    campaign(
-        Target::from_key(key, CAMPAIGN),
-        ttl_ms,
-        timeout_ms,
-        candidate,
-        fcinfo,
-    )
-}
-
-#[pg_extern(name = "advlock_campaign", volatile, parallel_unsafe)]
-fn campaign_text(
-    ns: Option<ServerText>,
-    id: Option<ServerText>,
-    ttl_ms: Option<i32>,
-    timeout_ms: Option<i32>,
-    candidate: Option<ServerText>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<i64> {
-    campaign(
-        Target::from_text(ns, id, CAMPAIGN),
-        ttl_ms,
-        timeout_ms,
-        candidate,
-        fcinfo,
-    )
-}
-
-#[pg_extern(name = "advlock_campaign", volatile, parallel_unsafe)]
-fn campaign_int(
-    ns: Option<ServerText>,
-    id: Option<i64>,
-    ttl_ms: Option<i32>,
-    timeout_ms: Option<i32>,
-    candidate: Option<ServerText>,
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<i64> {
-    campaign(
-        Target::from_int(ns, id, CAMPAIGN),
-        ttl_ms,
-        timeout_ms,
-        candidate,
-        fcinfo,
-    )
+key_forms! {
+    #[pg_extern(name = "advlock_campaign", volatile, parallel_unsafe)]
+    fn [campaign_key, campaign_text, campaign_int](
+        ttl_ms: Option<i32>,
+        timeout_ms: Option<i32>,
+        candidate: Option<ServerText>,
+        fcinfo: pg_sys::FunctionCallInfo,
+    ) -> [Option<i64>]
+    for CAMPAIGN, |target| campaign( target, ttl_ms, timeout_ms, candidate, fcinfo, )
 }
 
 /// `advlock_resign(term)`: ends the term now and hands the key to the next candidate; false when
@@ -243,60 +201,12 @@ fn leader(target: Target) -> Option<LeaderRow> {
     .map(Leader::row)
 }
 
-#[pg_extern(name = "advlock_leader", volatile, parallel_restricted)]
-#[allow(clippy::type_complexity)]
-fn leader_key(
-    key: Option<i64>,
-) -> TableIterator<
-    'static,
-    (
-        name!(term, i64),
-        name!(candidate, Option<ServerTextOut>),
-        name!(since, Option<TimestampWithTimeZone>),
-        name!(expires_at, Option<TimestampWithTimeZone>),
-        name!(pid, i32),
-        name!(application_name, Option<ServerTextOut>),
-    ),
-> {
-    TableIterator::new(leader(Target::from_key(key, LEADER)))
-}
-
-#[pg_extern(name = "advlock_leader", volatile, parallel_restricted)]
-#[allow(clippy::type_complexity)]
-fn leader_text(
-    ns: Option<ServerText>,
-    id: Option<ServerText>,
-) -> TableIterator<
-    'static,
-    (
-        name!(term, i64),
-        name!(candidate, Option<ServerTextOut>),
-        name!(since, Option<TimestampWithTimeZone>),
-        name!(expires_at, Option<TimestampWithTimeZone>),
-        name!(pid, i32),
-        name!(application_name, Option<ServerTextOut>),
-    ),
-> {
-    TableIterator::new(leader(Target::from_text(ns, id, LEADER)))
-}
-
-#[pg_extern(name = "advlock_leader", volatile, parallel_restricted)]
-#[allow(clippy::type_complexity)]
-fn leader_int(
-    ns: Option<ServerText>,
-    id: Option<i64>,
-) -> TableIterator<
-    'static,
-    (
-        name!(term, i64),
-        name!(candidate, Option<ServerTextOut>),
-        name!(since, Option<TimestampWithTimeZone>),
-        name!(expires_at, Option<TimestampWithTimeZone>),
-        name!(pid, i32),
-        name!(application_name, Option<ServerTextOut>),
-    ),
-> {
-    TableIterator::new(leader(Target::from_int(ns, id, LEADER)))
+key_forms! {
+    #[pg_extern(name = "advlock_leader", volatile, parallel_restricted)]
+    #[allow(clippy::type_complexity)]
+    fn [leader_key, leader_text, leader_int](
+    ) -> [TableIterator< 'static, ( name!(term, i64), name!(candidate, Option<ServerTextOut>), name!(since, Option<TimestampWithTimeZone>), name!(expires_at, Option<TimestampWithTimeZone>), name!(pid, i32), name!(application_name, Option<ServerTextOut>), ), >]
+    for LEADER, |target| TableIterator::new(leader(target))
 }
 
 /// What an observation ended with: whether the leader differs from the known term, and the
@@ -416,67 +326,12 @@ type ObserveRow = (
     Option<ServerTextOut>,
 );
 
-#[pg_extern(name = "advlock_observe_leader", volatile, parallel_unsafe)]
-#[allow(clippy::type_complexity)]
-fn observe_key(
-    key: Option<i64>,
-    timeout_ms: Option<i32>,
-    known_term: default!(Option<i64>, "NULL"),
-) -> TableIterator<
-    'static,
-    (
-        name!(changed, bool),
-        name!(term, Option<i64>),
-        name!(candidate, Option<ServerTextOut>),
-        name!(since, Option<TimestampWithTimeZone>),
-        name!(expires_at, Option<TimestampWithTimeZone>),
-        name!(pid, Option<i32>),
-        name!(application_name, Option<ServerTextOut>),
-    ),
-> {
-    observe_sql(Target::from_key(key, OBSERVE), timeout_ms, known_term)
-}
-
-#[pg_extern(name = "advlock_observe_leader", volatile, parallel_unsafe)]
-#[allow(clippy::type_complexity)]
-fn observe_text(
-    ns: Option<ServerText>,
-    id: Option<ServerText>,
-    timeout_ms: Option<i32>,
-    known_term: default!(Option<i64>, "NULL"),
-) -> TableIterator<
-    'static,
-    (
-        name!(changed, bool),
-        name!(term, Option<i64>),
-        name!(candidate, Option<ServerTextOut>),
-        name!(since, Option<TimestampWithTimeZone>),
-        name!(expires_at, Option<TimestampWithTimeZone>),
-        name!(pid, Option<i32>),
-        name!(application_name, Option<ServerTextOut>),
-    ),
-> {
-    observe_sql(Target::from_text(ns, id, OBSERVE), timeout_ms, known_term)
-}
-
-#[pg_extern(name = "advlock_observe_leader", volatile, parallel_unsafe)]
-#[allow(clippy::type_complexity)]
-fn observe_int(
-    ns: Option<ServerText>,
-    id: Option<i64>,
-    timeout_ms: Option<i32>,
-    known_term: default!(Option<i64>, "NULL"),
-) -> TableIterator<
-    'static,
-    (
-        name!(changed, bool),
-        name!(term, Option<i64>),
-        name!(candidate, Option<ServerTextOut>),
-        name!(since, Option<TimestampWithTimeZone>),
-        name!(expires_at, Option<TimestampWithTimeZone>),
-        name!(pid, Option<i32>),
-        name!(application_name, Option<ServerTextOut>),
-    ),
-> {
-    observe_sql(Target::from_int(ns, id, OBSERVE), timeout_ms, known_term)
+key_forms! {
+    #[pg_extern(name = "advlock_observe_leader", volatile, parallel_unsafe)]
+    #[allow(clippy::type_complexity)]
+    fn [observe_key, observe_text, observe_int](
+        timeout_ms: Option<i32>,
+        known_term: default!(Option<i64>, "NULL"),
+    ) -> [TableIterator< 'static, ( name!(changed, bool), name!(term, Option<i64>), name!(candidate, Option<ServerTextOut>), name!(since, Option<TimestampWithTimeZone>), name!(expires_at, Option<TimestampWithTimeZone>), name!(pid, Option<i32>), name!(application_name, Option<ServerTextOut>), ), >]
+    for OBSERVE, |target| observe_sql(target, timeout_ms, known_term)
 }

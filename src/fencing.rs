@@ -20,7 +20,7 @@
 //! the extension and of the sequence).
 use crate::acquisition::acquire;
 use crate::errors::Report;
-use crate::lock_request::{timeout, Mode, Scope, Target};
+use crate::lock_request::{key_forms, timeout, Mode, Scope, Target};
 use crate::lockmgr;
 use crate::server_text::ServerText;
 use pgrx::pg_sys;
@@ -118,57 +118,15 @@ fn try_with_token(
     Some(token)
 }
 
-#[pg_extern(name = "advlock_try_with_token")]
-fn try_with_token_key(
-    key: Option<i64>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'session'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<i64> {
-    try_with_token(
-        Target::from_key(key, TRY_TOKEN),
-        timeout_ms,
-        scope,
-        mode,
-        fcinfo,
-    )
-}
-
-#[pg_extern(name = "advlock_try_with_token")]
-fn try_with_token_text(
-    ns: Option<ServerText>,
-    id: Option<ServerText>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'session'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<i64> {
-    try_with_token(
-        Target::from_text(ns, id, TRY_TOKEN),
-        timeout_ms,
-        scope,
-        mode,
-        fcinfo,
-    )
-}
-
-#[pg_extern(name = "advlock_try_with_token")]
-fn try_with_token_int(
-    ns: Option<ServerText>,
-    id: Option<i64>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'session'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<i64> {
-    try_with_token(
-        Target::from_int(ns, id, TRY_TOKEN),
-        timeout_ms,
-        scope,
-        mode,
-        fcinfo,
-    )
+key_forms! {
+    #[pg_extern(name = "advlock_try_with_token")]
+    fn [try_with_token_key, try_with_token_text, try_with_token_int](
+        timeout_ms: Option<i32>,
+        scope: default!(Option<ServerText>, "'session'"),
+        mode: default!(Option<ServerText>, "'exclusive'"),
+        fcinfo: pg_sys::FunctionCallInfo,
+    ) -> [Option<i64>]
+    for TRY_TOKEN, |target| try_with_token( target, timeout_ms, scope, mode, fcinfo, )
 }
 
 pgrx::extension_sql!(

@@ -1,7 +1,7 @@
 //! "Am I still the holder?": `advlock_holding`, the cheap check a leader loop runs before each
 //! unit of work (a session lock is lost silently when the connection is reset or terminated and
 //! the pool reconnects).
-use crate::lock_request::{Mode, Target};
+use crate::lock_request::{key_forms, Mode, Target};
 use crate::lockmgr;
 use crate::server_text::ServerText;
 use pgrx::prelude::*;
@@ -15,25 +15,10 @@ fn holding(target: Target, mode: Option<ServerText>) -> bool {
 }
 
 // PARALLEL UNSAFE (the default): a parallel worker has its own, empty, table of held locks.
-#[pg_extern(name = "advlock_holding")]
-fn holding_key(key: Option<i64>, mode: default!(Option<ServerText>, "'exclusive'")) -> bool {
-    holding(Target::from_key(key, HOLDING), mode)
-}
-
-#[pg_extern(name = "advlock_holding")]
-fn holding_text(
-    ns: Option<ServerText>,
-    id: Option<ServerText>,
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    holding(Target::from_text(ns, id, HOLDING), mode)
-}
-
-#[pg_extern(name = "advlock_holding")]
-fn holding_int(
-    ns: Option<ServerText>,
-    id: Option<i64>,
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    holding(Target::from_int(ns, id, HOLDING), mode)
+key_forms! {
+    #[pg_extern(name = "advlock_holding")]
+    fn [holding_key, holding_text, holding_int](
+        mode: default!(Option<ServerText>, "'exclusive'"),
+    ) -> [bool]
+    for HOLDING, |target| holding(target, mode)
 }

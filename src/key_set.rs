@@ -251,135 +251,66 @@ fn unlock_all(targets: Vec<Target>, mode: Option<ServerText>) -> bool {
     all
 }
 
-#[pg_extern(name = "advlock_try_all_with_timeout")]
-fn try_all_keys(
-    keys: Option<Array<i64>>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'xact'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    let keys = required(keys, TRY_ALL, "keys");
-    try_all(
-        TRY_ALL,
-        targets_of_keys(&keys, TRY_ALL),
-        timeout_ms,
-        scope,
-        mode,
+/// Declares the three key forms of a key-set function at once: `(keys bigint[], …)`,
+/// `(ns text, ids text[], …)` and `(ns text, ids bigint[], …)`, under the Rust names given (the
+/// C symbols derive from them: they never change). Each checks its array (not NULL, not empty, no
+/// NULL element) and binds the call's targets, in the order given, to `$targets` for `$body`;
+/// the other arguments, attributes and return type are spliced as in `lock_request::key_forms`.
+macro_rules! key_set_forms {
+    (
+        $(#[$attr:meta])*
+        fn [$keys_fn:ident, $text_fn:ident, $int_fn:ident]($($args:tt)*) $(-> [$($ret:tt)*])?
+        for $function:expr, |$targets:ident| $body:expr
+    ) => {
+        $(#[$attr])*
+        fn $keys_fn(keys: Option<Array<i64>>, $($args)*) $(-> $($ret)*)? {
+            let keys = required(keys, $function, "keys");
+            let $targets = targets_of_keys(&keys, $function);
+            $body
+        }
+
+        $(#[$attr])*
+        fn $text_fn(ns: Option<ServerText>, ids: Option<Array<ServerText>>, $($args)*) $(-> $($ret)*)? {
+            let ns = keys::namespace(ns, $function);
+            let ids = required(ids, $function, "ids");
+            let $targets = targets_of_text_ids(ns, &ids, $function);
+            $body
+        }
+
+        $(#[$attr])*
+        fn $int_fn(ns: Option<ServerText>, ids: Option<Array<i64>>, $($args)*) $(-> $($ret)*)? {
+            let ns = keys::namespace(ns, $function);
+            let ids = required(ids, $function, "ids");
+            let $targets = targets_of_int_ids(ns, &ids, $function);
+            $body
+        }
+    };
+}
+
+key_set_forms! {
+    #[pg_extern(name = "advlock_try_all_with_timeout")]
+    fn [try_all_keys, try_all_text, try_all_int](
+        timeout_ms: Option<i32>,
+        scope: default!(Option<ServerText>, "'xact'"),
+        mode: default!(Option<ServerText>, "'exclusive'"),
+    ) -> [bool]
+    for TRY_ALL, |targets| try_all(TRY_ALL, targets, timeout_ms, scope, mode)
+}
+
+key_set_forms! {
+    #[pg_extern(name = "advlock_lock_all_with_timeout")]
+    fn [lock_all_keys, lock_all_text, lock_all_int](
+        timeout_ms: Option<i32>,
+        scope: default!(Option<ServerText>, "'xact'"),
+        mode: default!(Option<ServerText>, "'exclusive'"),
     )
+    for LOCK_ALL, |targets| lock_all(targets, timeout_ms, scope, mode)
 }
 
-#[pg_extern(name = "advlock_try_all_with_timeout")]
-fn try_all_text(
-    ns: Option<ServerText>,
-    ids: Option<Array<ServerText>>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'xact'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    let ns = keys::namespace(ns, TRY_ALL);
-    let ids = required(ids, TRY_ALL, "ids");
-    try_all(
-        TRY_ALL,
-        targets_of_text_ids(ns, &ids, TRY_ALL),
-        timeout_ms,
-        scope,
-        mode,
-    )
-}
-
-#[pg_extern(name = "advlock_try_all_with_timeout")]
-fn try_all_int(
-    ns: Option<ServerText>,
-    ids: Option<Array<i64>>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'xact'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    let ns = keys::namespace(ns, TRY_ALL);
-    let ids = required(ids, TRY_ALL, "ids");
-    try_all(
-        TRY_ALL,
-        targets_of_int_ids(ns, &ids, TRY_ALL),
-        timeout_ms,
-        scope,
-        mode,
-    )
-}
-
-#[pg_extern(name = "advlock_lock_all_with_timeout")]
-fn lock_all_keys(
-    keys: Option<Array<i64>>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'xact'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) {
-    let keys = required(keys, LOCK_ALL, "keys");
-    lock_all(targets_of_keys(&keys, LOCK_ALL), timeout_ms, scope, mode)
-}
-
-#[pg_extern(name = "advlock_lock_all_with_timeout")]
-fn lock_all_text(
-    ns: Option<ServerText>,
-    ids: Option<Array<ServerText>>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'xact'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) {
-    let ns = keys::namespace(ns, LOCK_ALL);
-    let ids = required(ids, LOCK_ALL, "ids");
-    lock_all(
-        targets_of_text_ids(ns, &ids, LOCK_ALL),
-        timeout_ms,
-        scope,
-        mode,
-    )
-}
-
-#[pg_extern(name = "advlock_lock_all_with_timeout")]
-fn lock_all_int(
-    ns: Option<ServerText>,
-    ids: Option<Array<i64>>,
-    timeout_ms: Option<i32>,
-    scope: default!(Option<ServerText>, "'xact'"),
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) {
-    let ns = keys::namespace(ns, LOCK_ALL);
-    let ids = required(ids, LOCK_ALL, "ids");
-    lock_all(
-        targets_of_int_ids(ns, &ids, LOCK_ALL),
-        timeout_ms,
-        scope,
-        mode,
-    )
-}
-
-#[pg_extern(name = "advlock_unlock_all")]
-fn unlock_all_keys(
-    keys: Option<Array<i64>>,
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    let keys = required(keys, UNLOCK_ALL, "keys");
-    unlock_all(targets_of_keys(&keys, UNLOCK_ALL), mode)
-}
-
-#[pg_extern(name = "advlock_unlock_all")]
-fn unlock_all_text(
-    ns: Option<ServerText>,
-    ids: Option<Array<ServerText>>,
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    let ns = keys::namespace(ns, UNLOCK_ALL);
-    let ids = required(ids, UNLOCK_ALL, "ids");
-    unlock_all(targets_of_text_ids(ns, &ids, UNLOCK_ALL), mode)
-}
-
-#[pg_extern(name = "advlock_unlock_all")]
-fn unlock_all_int(
-    ns: Option<ServerText>,
-    ids: Option<Array<i64>>,
-    mode: default!(Option<ServerText>, "'exclusive'"),
-) -> bool {
-    let ns = keys::namespace(ns, UNLOCK_ALL);
-    let ids = required(ids, UNLOCK_ALL, "ids");
-    unlock_all(targets_of_int_ids(ns, &ids, UNLOCK_ALL), mode)
+key_set_forms! {
+    #[pg_extern(name = "advlock_unlock_all")]
+    fn [unlock_all_keys, unlock_all_text, unlock_all_int](
+        mode: default!(Option<ServerText>, "'exclusive'"),
+    ) -> [bool]
+    for UNLOCK_ALL, |targets| unlock_all(targets, mode)
 }

@@ -20,7 +20,7 @@
 use crate::backend;
 use crate::errors::{invalid_argument, required, Report};
 use crate::fencing;
-use crate::lock_request::{timeout, Target};
+use crate::lock_request::{key_forms, timeout, Target};
 use crate::lockmgr;
 use crate::preload::labels::{self, LABEL_BYTES};
 use crate::preload::leases::{self as table, Ended, Grant, Renewal};
@@ -376,57 +376,15 @@ pub(crate) fn release_lease(function: &str, id: i64) -> bool {
     ended == Ended::Released
 }
 
-#[pg_extern(name = "advlock_lease", volatile, parallel_unsafe)]
-fn lease_key(
-    key: Option<i64>,
-    ttl_ms: Option<i32>,
-    timeout_ms: Option<i32>,
-    slots: default!(Option<i32>, 1),
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<i64> {
-    lease(
-        Target::from_key(key, LEASE),
-        ttl_ms,
-        timeout_ms,
-        slots,
-        fcinfo,
-    )
-}
-
-#[pg_extern(name = "advlock_lease", volatile, parallel_unsafe)]
-fn lease_text(
-    ns: Option<ServerText>,
-    id: Option<ServerText>,
-    ttl_ms: Option<i32>,
-    timeout_ms: Option<i32>,
-    slots: default!(Option<i32>, 1),
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<i64> {
-    lease(
-        Target::from_text(ns, id, LEASE),
-        ttl_ms,
-        timeout_ms,
-        slots,
-        fcinfo,
-    )
-}
-
-#[pg_extern(name = "advlock_lease", volatile, parallel_unsafe)]
-fn lease_int(
-    ns: Option<ServerText>,
-    id: Option<i64>,
-    ttl_ms: Option<i32>,
-    timeout_ms: Option<i32>,
-    slots: default!(Option<i32>, 1),
-    fcinfo: pg_sys::FunctionCallInfo,
-) -> Option<i64> {
-    lease(
-        Target::from_int(ns, id, LEASE),
-        ttl_ms,
-        timeout_ms,
-        slots,
-        fcinfo,
-    )
+key_forms! {
+    #[pg_extern(name = "advlock_lease", volatile, parallel_unsafe)]
+    fn [lease_key, lease_text, lease_int](
+        ttl_ms: Option<i32>,
+        timeout_ms: Option<i32>,
+        slots: default!(Option<i32>, 1),
+        fcinfo: pg_sys::FunctionCallInfo,
+    ) -> [Option<i64>]
+    for LEASE, |target| lease( target, ttl_ms, timeout_ms, slots, fcinfo, )
 }
 
 /// The expiry of lease `lease` of this database while an entry holds it: its `expires_at`, in

@@ -125,3 +125,38 @@ pub fn timeout(value: Option<i32>, function: &str) -> i32 {
     }
     ms
 }
+
+/// Declares the three key forms of a SQL function at once: `(key bigint, …)`,
+/// `(ns text, id text, …)` and `(ns text, id bigint, …)`, under the three Rust names given, in
+/// that order. pgrx derives each form's C symbol (`<name>_wrapper`) from its name, and released
+/// install scripts name those symbols, so the names never change. Each form builds its `Target`
+/// under `$function`'s name (the argument checks and messages of `Target::from_*`), binds it to
+/// `$target`, and evaluates `$body`. The arguments after the key are spliced as written (pgrx's
+/// `default!` included); so are the attributes, and the return type, if any, in brackets. The calling
+/// module imports `ServerText` and `Target`.
+macro_rules! key_forms {
+    (
+        $(#[$attr:meta])*
+        fn [$key_fn:ident, $text_fn:ident, $int_fn:ident]($($args:tt)*) $(-> [$($ret:tt)*])?
+        for $function:expr, |$target:ident| $body:expr
+    ) => {
+        $(#[$attr])*
+        fn $key_fn(key: Option<i64>, $($args)*) $(-> $($ret)*)? {
+            let $target = Target::from_key(key, $function);
+            $body
+        }
+
+        $(#[$attr])*
+        fn $text_fn(ns: Option<ServerText>, id: Option<ServerText>, $($args)*) $(-> $($ret)*)? {
+            let $target = Target::from_text(ns, id, $function);
+            $body
+        }
+
+        $(#[$attr])*
+        fn $int_fn(ns: Option<ServerText>, id: Option<i64>, $($args)*) $(-> $($ret)*)? {
+            let $target = Target::from_int(ns, id, $function);
+            $body
+        }
+    };
+}
+pub(crate) use key_forms;
