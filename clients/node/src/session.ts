@@ -386,6 +386,34 @@ export class SessionLock {
   }
 }
 
+/** pg_backend_pid() on a second connection opened now, or null when none answered in time. */
+async function probePid(open: () => Promise<Conn>): Promise<number | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const answer = (async () => {
+    const second = await open();
+    try {
+      const [r] = await second.rows(PID, []);
+      return Number((r as Row)[0]);
+    } finally {
+      await second.close();
+    }
+  })();
+  answer.catch(() => undefined);
+  const timeout = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), PROBE_WAIT_MS);
+  });
+  try {
+    return await Promise.race([answer, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** @internal How sessionLock() probes for a pooler (not exported by the package). The tests
+ * replace probePid with one that answers null, as a busy pool does, to prove that the lock is
+ * safe when no probe catches the pooler (S35). */
+export const probing = { probePid };
+
 // libpq's key = value syntax: a value is a run of non-blank characters or a single-quoted string in
 // which \' and \\ stand for ' and \.
 const PAIR = /\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']+)\s*/y;
@@ -461,30 +489,8 @@ export async function sessionLock(connectionString: string, ns: string, id: Id, 
     driver === "pg" ? openPg(module, a.connectionString, a.applicationName) : openPostgres(module, a.connectionString, a.applicationName);
   const held = new SessionLock(a.ns, a.id, a.mode, a.timeoutMs);
   const conn = await open();
-  const probe = async (): Promise<number | null> => {
-    // pg_backend_pid() on a second connection opened now, or null when none answered in time.
-    let timer: NodeJS.Timeout | undefined;
-    const answer = (async () => {
-      const second = await open();
-      try {
-        const [r] = await second.rows(PID, []);
-        return Number((r as Row)[0]);
-      } finally {
-        await second.close();
-      }
-    })();
-    answer.catch(() => undefined);
-    const timeout = new Promise<null>((resolve) => {
-      timer = setTimeout(() => resolve(null), PROBE_WAIT_MS);
-    });
-    try {
-      return await Promise.race([answer, timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
-  };
   try {
-    await held.acquire(conn, probe, a.schema, a.signal);
+    await held.acquire(conn, () => probing.probePid(open), a.schema, a.signal);
   } catch (e) {
     await conn.close(); // closing ends anything left: a wait, a lock granted meanwhile
     throw e;
