@@ -11,7 +11,9 @@
 # machine with Node.js >= 20 and npm (scripts/setup.sh installs them): the npm packages are
 # installed here with `npm ci` into clients/node/node_modules, kept until package-lock.json
 # changes. ADVLOCK_NODE_PORT picks the port (default: the first free one from 5570); the
-# preloaded instance takes the next free one.
+# preloaded instance takes the next free one. Arguments, if any, go to node --test: options
+# (e.g. --test-name-pattern=S35) and test files (e.g. build/test/poolers.test.js, in place of
+# every build/test/*.test.js).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -28,7 +30,12 @@ check() { # name command...
 }
 
 cd "$here" || exit 1
+test_options=() test_files=()
+for a in "$@"; do
+  case $a in -*) test_options+=("$a") ;; *) test_files+=("$a") ;; esac
+done
 "$here/build.sh" || { failed=1; report; exit 1; }
+[ ${#test_files[@]} -gt 0 ] || test_files=(build/test/*.test.js)
 
 version_matches() {
   local cargo pkg
@@ -93,7 +100,8 @@ run_node() {
   echo "node-client: node --test against $1 (database $2)"
   ADVLOCK_NODE_DSN="postgresql://postgres@127.0.0.1:$3/$2" \
     node --test --test-concurrency=1 --test-reporter=spec --test-reporter-destination=stdout \
-      --test-reporter=tap --test-reporter-destination="$work/$1.tap" build/test/*.test.js
+      --test-reporter=tap --test-reporter-destination="$work/$1.tap" "${test_options[@]}" \
+      "${test_files[@]}"
   local rc=$? p f s
   p=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$work/$1.tap" | tail -1)
   f=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$work/$1.tap" | tail -1)

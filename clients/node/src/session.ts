@@ -14,9 +14,18 @@
 // advisory lock it was never asked for. Every later statement checks that it runs on the same
 // backend with nobody else's transaction in between (the backend's local transaction counter).
 //
+// No probe is conclusive: a busy transaction-mode pool can hand the probe another backend (or none
+// in time) and our next transaction to anyone. A lock taken between transactions there could be
+// stranded on a server session we can no longer reach (and the pool would hand it to every later
+// client). So behind a pooler the lock lives inside one open transaction block, from the try to
+// the unlock: in every pooling mode an open transaction keeps its server session, so the lock is
+// only ever taken on the pinned backend and released there. Between statements (read committed)
+// the block holds no snapshot.
+//
 // The wait goes through CALL advlock_wait_lock, which commits first and waits holding no
-// snapshot, so a holder building an index concurrently is not stalled by the waiters. The SQL
-// edition has no such procedure and waits inside the statement.
+// snapshot, so a holder building an index concurrently is not stalled by the waiters. A CALL
+// cannot commit inside a transaction block, so behind a pooler, and in the SQL edition (which has
+// no such procedure), the wait runs inside the statement.
 import { checkOptions, checkSchema, checkSignal, modeOf, ms, toBigInt, toBool } from "./args.js";
 import { type Row, SCHEMA_EXPR, pgRun, pjsRun, qualify, schemaPrefix } from "./driver.js";
 import { type Holder, LockLostError, LockTimeoutError, UnsafePoolerError, sqlstate } from "./errors.js";
@@ -53,6 +62,9 @@ const HOLDING =
 const UNLOCK =
   "SELECT b.pid, CAST(b.lxid AS text), CASE WHEN b.pid = CAST($1 AS int4) THEN" +
   ` @.advlock_unlock(CAST($2 AS text), CAST($3 AS text), CAST($4 AS text)) END FROM ${BACKEND}`;
+// Behind a pooler: the block that pins the server session for the life of the lock.
+const PIN = "BEGIN";
+const UNPIN = "COMMIT";
 const WHO =
   "SELECT pid, application_name, backend_state FROM @.advlock_holders WHERE key = CAST($1 AS int8) AND granted ORDER BY pid";
 // How long a second connection may take to answer pg_backend_pid() when looking for a pooler: a
@@ -206,6 +218,8 @@ export class SessionLock {
   #prefix = "";
   #nextLxid = 0n;
   #released = false;
+  /** Behind a pooler: inside the transaction block that pins the backend. */
+  #pinned = false;
 
   /** @internal */
   constructor(
@@ -242,8 +256,11 @@ export class SessionLock {
             `every client the pooler hands that backend to): ${INSTEAD}`,
         );
       }
+      await this.#pin();
     }
-    const snapshotFreeWait = toBool(hasWait);
+    // CALL commits first, which it cannot do inside the pinning block: pinned (and in the SQL
+    // edition) the whole wait runs inside the try.
+    const snapshotFreeWait = toBool(hasWait) && !this.#pinned;
     let token = await this.#try(snapshotFreeWait ? 0 : this.timeoutMs, signal);
     if (token === null && snapshotFreeWait && this.timeoutMs > 0) {
       let acquired: boolean;
@@ -289,6 +306,28 @@ export class SessionLock {
     this.token = token;
   }
 
+  /** Open the block that keeps this connection on one server session until the unlock. */
+  async #pin(): Promise<void> {
+    const conn = this.#conn as Conn;
+    try {
+      await conn.rows(PIN, []);
+    } catch (e) {
+      // A statement-mode pooler refuses transaction blocks (and closes the connection).
+      throw new UnsafePoolerError(
+        `sessionLock(): the pooler refused a transaction block (${String((e as { message?: unknown }).message ?? e)}), so ` +
+          `it would not keep one server session for this connection (statement pooling): ${INSTEAD}`,
+        { cause: e },
+      );
+    }
+    this.#pinned = true;
+  }
+
+  /** Close the pinning block, after the unlock. */
+  async #unpin(): Promise<void> {
+    const conn = this.#conn as Conn;
+    if (this.#pinned && !conn.dead()) await conn.rows(UNPIN, []);
+  }
+
   async #try(waitMs: number, signal?: AbortSignal): Promise<bigint | null> {
     const conn = this.#conn as Conn;
     const [r] = await conn.rows(
@@ -318,7 +357,8 @@ export class SessionLock {
           `(transaction or statement pooling): ${INSTEAD}`,
       );
     }
-    this.#nextLxid = got + 1n;
+    // Inside the pinning block every statement is part of one transaction.
+    this.#nextLxid = got + (this.#pinned ? 0n : 1n);
   }
 
   async #unlock(): Promise<void> {
@@ -362,6 +402,7 @@ export class SessionLock {
       if (this.lost === null) {
         try {
           await this.#unlock();
+          if (this.lost === null) await this.#unpin();
         } catch (e) {
           if (!isConnectionLoss(e, conn.dead())) throw e;
           this.lost = e;
@@ -385,6 +426,34 @@ export class SessionLock {
     await this.release();
   }
 }
+
+/** pg_backend_pid() on a second connection opened now, or null when none answered in time. */
+async function probePid(open: () => Promise<Conn>): Promise<number | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const answer = (async () => {
+    const second = await open();
+    try {
+      const [r] = await second.rows(PID, []);
+      return Number((r as Row)[0]);
+    } finally {
+      await second.close();
+    }
+  })();
+  answer.catch(() => undefined);
+  const timeout = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), PROBE_WAIT_MS);
+  });
+  try {
+    return await Promise.race([answer, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** @internal How sessionLock() probes for a pooler (not exported by the package). The tests
+ * replace probePid with one that answers null, as a busy pool does, to prove that the lock is
+ * safe when no probe catches the pooler (S35). */
+export const probing = { probePid };
 
 // libpq's key = value syntax: a value is a run of non-blank characters or a single-quoted string in
 // which \' and \\ stand for ' and \.
@@ -450,9 +519,11 @@ function parseSession(connectionString: unknown, ns: string, id: Id, options: Se
 
 /** A session lock on (ns, id), held on a dedicated connection opened from `connectionString`
  * until release(). The connection must be one server session: a pooler in transaction or
- * statement mode is refused (UnsafePoolerError). Waits at most `timeoutMs`, holding no snapshot
- * (CALL advlock_wait_lock), then LockTimeoutError naming the holder. `token` is a fencing token,
- * `pid` the server backend, `holding()` asks the server whether it is still held. */
+ * statement mode is refused (UnsafePoolerError), and behind any pooler the lock lives in one
+ * transaction block, from the try to the unlock. Waits at most `timeoutMs`, holding no snapshot
+ * (CALL advlock_wait_lock; behind a pooler and in the SQL edition, inside the statement), then
+ * LockTimeoutError naming the holder. `token` is a fencing token, `pid` the server backend,
+ * `holding()` asks the server whether it is still held. */
 export async function sessionLock(connectionString: string, ns: string, id: Id, options: SessionLockOptions): Promise<SessionLock> {
   const a = parseSession(connectionString, ns, id, options);
   a.signal?.throwIfAborted();
@@ -461,30 +532,8 @@ export async function sessionLock(connectionString: string, ns: string, id: Id, 
     driver === "pg" ? openPg(module, a.connectionString, a.applicationName) : openPostgres(module, a.connectionString, a.applicationName);
   const held = new SessionLock(a.ns, a.id, a.mode, a.timeoutMs);
   const conn = await open();
-  const probe = async (): Promise<number | null> => {
-    // pg_backend_pid() on a second connection opened now, or null when none answered in time.
-    let timer: NodeJS.Timeout | undefined;
-    const answer = (async () => {
-      const second = await open();
-      try {
-        const [r] = await second.rows(PID, []);
-        return Number((r as Row)[0]);
-      } finally {
-        await second.close();
-      }
-    })();
-    answer.catch(() => undefined);
-    const timeout = new Promise<null>((resolve) => {
-      timer = setTimeout(() => resolve(null), PROBE_WAIT_MS);
-    });
-    try {
-      return await Promise.race([answer, timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
-  };
   try {
-    await held.acquire(conn, probe, a.schema, a.signal);
+    await held.acquire(conn, () => probing.probePid(open), a.schema, a.signal);
   } catch (e) {
     await conn.close(); // closing ends anything left: a wait, a lock granted meanwhile
     throw e;

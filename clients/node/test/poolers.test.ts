@@ -1,11 +1,13 @@
 // sessionLock() through real PgBouncers: refused in transaction and statement mode (where a
 // session lock would be shared with other clients), working in session mode, with both drivers
-// (S17, S18). Transaction locks and leases, which need no session, go through either.
+// (S17, S18), and never stranded on a pooled server session when no probe catches the pooler
+// (S35). Transaction locks and leases, which need no session, go through either.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import pg from "pg";
 import postgres from "postgres";
 import * as advlock from "../src/index.js";
+import { probing } from "../src/session.js";
 import { type Bouncer, advisoryLocks, nothingLeftAfterEach, pgbouncer, serverKind, sleep, waitUntil, withAdmin } from "./helpers.js";
 
 nothingLeftAfterEach();
@@ -36,7 +38,7 @@ for (const mode of ["transaction", "statement"] as const) {
   }
 }
 
-test("S17 racing through a transaction-mode PgBouncer: never two inside at once, nothing left locked", async () => {
+test("S17 racing through a transaction-mode PgBouncer: held or refused, never lost, never two inside at once, nothing left locked", async () => {
   const dsn = (bouncers.transaction as Bouncer).dsn;
   let inside = 0;
   let most = 0;
@@ -53,8 +55,7 @@ test("S17 racing through a transaction-mode PgBouncer: never two inside at once,
         outcomes.push("held");
       } catch (e) {
         if (e instanceof advlock.UnsafePoolerError) outcomes.push("refused");
-        else if (e instanceof advlock.LockLostError && e.cause instanceof advlock.UnsafePoolerError) outcomes.push("lost");
-        else throw e;
+        else throw e; // LockLostError included: behind a pooler the lock stays on one backend
       }
     }
   };
@@ -64,6 +65,72 @@ test("S17 racing through a transaction-mode PgBouncer: never two inside at once,
   assert.ok(outcomes.includes("refused"), outcomes.join());
   await withAdmin(async (admin) => waitUntil(async () => (await advisoryLocks(admin)).length === 0, "no advisory lock left"));
 });
+
+test("S35 with no probe catching it, racing through a transaction-mode PgBouncer: held or refused, never two inside, no lock stranded", async (t) => {
+  // No probe is conclusive (a busy pool hands it another backend). Here it never answers, as when
+  // the pool is exhausted, so nothing refuses up front: workers take the lock through a
+  // transaction pooler (pool size 2), wait for it and release it. The lock lives in the block
+  // that pins the server session, so none is ever inside with another, none loses its lock, and
+  // none is left on a server session the pool hands to the next client (0.5.0's first client left
+  // it there when a statement landed on another backend: every later sessionLock timed out on a
+  // lock held by an idle server connection).
+  const dsn = (bouncers.transaction as Bouncer).dsn;
+  let inside = 0;
+  let most = 0;
+  const outcomes: string[] = [];
+  const worker = async (driver: "pg" | "postgres"): Promise<void> => {
+    for (let i = 0; i < 5; i++) {
+      try {
+        await advlock.withSessionLock(dsn, "migrate", "", { timeoutMs: 5000, driver }, async (held) => {
+          assert.equal(await held.holding(), true);
+          inside += 1;
+          most = Math.max(most, inside);
+          await sleep(10);
+          inside -= 1;
+        });
+        outcomes.push("held");
+      } catch (e) {
+        // refused: the try reached another backend than the first statement's
+        outcomes.push(e instanceof advlock.UnsafePoolerError ? "refused" : `${driver}: ${String(e)}`);
+      }
+    }
+  };
+  const probePid = probing.probePid;
+  probing.probePid = async () => null;
+  try {
+    await Promise.all([worker("pg"), worker("postgres"), worker("pg"), worker("postgres")]);
+  } finally {
+    probing.probePid = probePid;
+  }
+  t.diagnostic(`held ${outcomes.filter((o) => o === "held").length}, refused ${outcomes.filter((o) => o === "refused").length} of 20`);
+  assert.equal(outcomes.length, 20);
+  assert.deepEqual(
+    outcomes.filter((o) => o !== "held" && o !== "refused"),
+    [],
+    outcomes.join("\n"),
+  );
+  assert.ok(outcomes.includes("held"), outcomes.join());
+  assert.ok(most <= 1, String(most));
+  await withAdmin(async (admin) =>
+    waitUntil(async () => (await advisoryLocks(admin)).length === 0, "no advisory lock stranded on a pooled server session", 5000),
+  );
+});
+
+for (const driver of DRIVERS) {
+  test(`S35 S17 statement-mode PgBouncer (${driver}) with no probe catching it: the pooler refuses the transaction block, UnsafePoolerError`, async () => {
+    const dsn = (bouncers.statement as Bouncer).dsn;
+    const probePid = probing.probePid;
+    probing.probePid = async () => null;
+    try {
+      await assert.rejects(advlock.sessionLock(dsn, "migrate", "", { timeoutMs: 1000, driver }), (e: Error) =>
+        e instanceof advlock.UnsafePoolerError && /the pooler refused a transaction block/.test(e.message) && /a pooler in session mode/.test(e.message),
+      );
+    } finally {
+      probing.probePid = probePid;
+    }
+    await withAdmin(async (admin) => assert.deepEqual(await advisoryLocks(admin), []));
+  });
+}
 
 for (const driver of DRIVERS) {
   test(`S18 session-mode PgBouncer (${driver}): the lock works, pid is the server backend, mutual exclusion holds`, async () => {
