@@ -19,7 +19,8 @@
 // stranded on a server session we can no longer reach (and the pool would hand it to every later
 // client). So behind a pooler the lock lives inside one open transaction block, from the try to
 // the unlock: in every pooling mode an open transaction keeps its server session, so the lock is
-// only ever taken on the pinned backend and released there. Between statements (read committed)
+// only ever taken on the pinned backend and released there (the block's first statement greets
+// again and pins the backend it reached). Between statements (read committed)
 // the block holds no snapshot.
 //
 // The wait goes through CALL advlock_wait_lock, which commits first and waits holding no
@@ -234,21 +235,9 @@ export class SessionLock {
   /** @internal */
   async acquire(conn: Conn, probe: () => Promise<number | null>, schema: string | undefined, signal?: AbortSignal): Promise<void> {
     this.#conn = conn;
-    const hello = schema === undefined ? [HELLO(SCHEMA_EXPR), []] : [HELLO("CAST($1 AS text)"), [schema]];
-    const [row] = await conn.rows(hello[0] as string, hello[1] as unknown[], signal);
-    const [pid, lxid, nspname, database, hasWait, holdsAdvisory] = row as Row;
-    this.#prefix = schemaPrefix(nspname, database);
-    this.pid = Number(pid);
-    this.#nextLxid = toBigInt(lxid) + 1n;
+    let hasWait = await this.#greet(schema, signal);
     if (this.pid !== conn.protocolPid) {
       // A pooler stands between us and the server (its BackendKeyData pid is not the backend's).
-      if (toBool(holdsAdvisory)) {
-        throw new UnsafePoolerError(
-          `sessionLock(): the server session behind this new connection (backend ${this.pid}, reached through a pooler: ` +
-            `the protocol announced pid ${conn.protocolPid}) already holds advisory locks this connection never took, so ` +
-            `the pooler shares it with other clients (transaction or statement pooling): ${INSTEAD}`,
-        );
-      }
       if ((await probe()) === this.pid) {
         throw new UnsafePoolerError(
           `sessionLock(): the connection string leads to a pooler in transaction or statement mode: two connections ` +
@@ -257,10 +246,13 @@ export class SessionLock {
         );
       }
       await this.#pin();
+      // Inside the block, greet again: the backend it reached (maybe not the first statement's,
+      // harmless now that it is pinned) is the one the lock goes on.
+      hasWait = await this.#greet(schema, signal);
     }
     // CALL commits first, which it cannot do inside the pinning block: pinned (and in the SQL
     // edition) the whole wait runs inside the try.
-    const snapshotFreeWait = toBool(hasWait) && !this.#pinned;
+    const snapshotFreeWait = hasWait && !this.#pinned;
     let token = await this.#try(snapshotFreeWait ? 0 : this.timeoutMs, signal);
     if (token === null && snapshotFreeWait && this.timeoutMs > 0) {
       let acquired: boolean;
@@ -304,6 +296,30 @@ export class SessionLock {
       );
     }
     this.token = token;
+  }
+
+  /**
+   * The first statement (again inside the pinning block): the backend and its transaction
+   * counter, where advlock lives, whether it has the snapshot-free wait (returned), and, behind a
+   * pooler, a refusal when the backend already holds advisory locks it was never asked for.
+   */
+  async #greet(schema: string | undefined, signal?: AbortSignal): Promise<boolean> {
+    const conn = this.#conn as Conn;
+    const hello = schema === undefined ? [HELLO(SCHEMA_EXPR), []] : [HELLO("CAST($1 AS text)"), [schema]];
+    const [row] = await conn.rows(hello[0] as string, hello[1] as unknown[], signal);
+    const [pid, lxid, nspname, database, hasWait, holdsAdvisory] = row as Row;
+    this.#prefix = schemaPrefix(nspname, database);
+    this.pid = Number(pid);
+    // Inside the pinning block every statement is part of one transaction.
+    this.#nextLxid = toBigInt(lxid) + (this.#pinned ? 0n : 1n);
+    if (this.pid !== conn.protocolPid && toBool(holdsAdvisory)) {
+      throw new UnsafePoolerError(
+        `sessionLock(): the server session behind this new connection (backend ${this.pid}, reached through a pooler: ` +
+          `the protocol announced pid ${conn.protocolPid}) already holds advisory locks this connection never took, so ` +
+          `the pooler shares it with other clients (transaction or statement pooling): ${INSTEAD}`,
+      );
+    }
+    return toBool(hasWait);
   }
 
   /** Open the block that keeps this connection on one server session until the unlock. */
