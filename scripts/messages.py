@@ -15,13 +15,16 @@ Read:
              DETAIL, MESSAGE. A USING expression is 'literal', format('...') (each %s, %I, %L a
              placeholder), a concatenation of those with ||, or anything else: one placeholder.
 
-Matching: placeholders match any text on either side ({function} in the catalog matches both
-Rust's {function} and the edition's literal advlock_unlock), the rest must be equal. A message
-matches a catalog entry of its SQLSTATE whose message, hint and detail all match; an entry
-without hint (detail) wants none. Fails when: a message matches no entry (it says which entries
-have that message and what they say instead); an edition RAISE matches an entry the edition
-does not share (`edition = false`), or a Rust message one the extension does not raise
-(`rust = false`); a shared entry is not raised by both sides.
+Matching: a catalog placeholder stands for any text, a placeholder of either side's included
+({function} matches Rust's {function} and the edition's literal advlock_unlock); a side's
+placeholder matches only within a catalog placeholder, so what the catalog writes out each side
+must write out. A message matches a catalog entry of its SQLSTATE whose message, hint and detail
+all match; an entry without hint (detail) wants none. Fails when: a message matches no entry
+(it says which entries have that message and what they say instead); an edition RAISE matches
+an entry the edition does not share (`edition = false`), or a Rust message one the extension
+does not raise (`rust = false`); a shared entry is not raised by both sides; a *_variants text
+is not a literal of the function raising the entry, on either side; a [[fragment]] occurs in no
+Rust literal or no edition RAISE text.
 
 Usage: scripts/messages.py [REPO]     (default: the repository holding this script)
 """
@@ -63,18 +66,17 @@ class Message:
 
 # ---- matching --------------------------------------------------------------------------------
 
-def unify(a, b):
-    """True when two texts with placeholders (HOLE, any text) can be the same text."""
-    @lru_cache(maxsize=None)
-    def go(i, j):
-        if i == len(a) and j == len(b):
-            return True
-        if i < len(a) and a[i] == HOLE and (go(i + 1, j) or (j < len(b) and go(i, j + 1))):
-            return True
-        if j < len(b) and b[j] == HOLE and (go(i, j + 1) or (i < len(a) and go(i + 1, j))):
-            return True
-        return i < len(a) and j < len(b) and a[i] == b[j] and go(i + 1, j + 1)
-    return go(0, 0)
+def unify(pattern, text):
+    """True when text (with placeholders: HOLE, opaque) is an instance of the catalog's pattern,
+    each of whose placeholders (HOLE) stands for any text, placeholders of text included. A
+    placeholder of text matches only within one of the pattern's: what the catalog writes out,
+    each side must write out too."""
+    return pattern_re(pattern).fullmatch(text) is not None
+
+
+@lru_cache(maxsize=None)
+def pattern_re(pattern):
+    return re.compile(".*?".join(re.escape(part) for part in pattern.split(HOLE)), re.S)
 
 
 def optional_unify(catalog, found):
@@ -174,6 +176,9 @@ def enclosing_fn(src, i):
     return names[-1] if names else None
 
 
+RUST_TEXTS, EDITION_TEXTS = [], []  # where a [[fragment]] may occur: Rust literals, edition RAISEs
+
+
 def rust_messages(catalog):
     found = []
     skip = set(catalog.get("skip_rust", []))
@@ -183,6 +188,7 @@ def rust_messages(catalog):
             continue
         src = path.read_text()
         rel = f"src/{path.name}"
+        RUST_TEXTS.extend(rust_literals(src))
         line = lambda i: src.count("\n", 0, i) + 1  # noqa: E731
         for m in re.finditer(r"Report::new\(", src):
             args, end = rust_args(src, m.end() - 1)
@@ -296,6 +302,24 @@ def sql_text(expr):
     return "".join(out)
 
 
+def sql_without_comments(src):
+    """src without its -- comments (a -- after an even number of quotes on its line)."""
+    out = []
+    for line in src.split("\n"):
+        for m in re.finditer("--", line):
+            if line[:m.start()].count("'") % 2 == 0:
+                line = line[:m.start()]
+                break
+        out.append(line)
+    return "\n".join(out)
+
+
+def sql_literals(src):
+    """Every literal of a stretch of PL/pgSQL, format templates with placeholders."""
+    return [raise_format(t.replace("''", "'").replace("%s", "%"))
+            for t in re.findall(r"'((?:[^']|'')*)'", sql_without_comments(src))]
+
+
 def raise_format(fmt):
     return re.sub(r"%%|%", lambda x: "%" if x.group(0) == "%%" else HOLE, fmt)
 
@@ -338,8 +362,8 @@ def edition_messages():
             else:
                 code = "01000" if level_word == "WARNING" else "P0001"
             body = src[src.rfind("CREATE OR REPLACE FUNCTION", 0, m.start()):m.start()]
-            texts = [raise_format(t.replace("''", "'").replace("%s", "%"))
-                     for t in re.findall(r"'((?:[^']|'')*)'", body)]
+            texts = sql_literals(body)
+            EDITION_TEXTS.extend([message] + [sql_text(options[k]) for k in ("HINT", "DETAIL") if k in options])
             found.append(Message("edition", where, code, message,
                                  sql_text(options["HINT"]) if "HINT" in options else None,
                                  sql_text(options["DETAIL"]) if "DETAIL" in options else None,
@@ -390,11 +414,16 @@ def main():
             if e.get(side, True) and not e["_used"][side]:
                 problems.append(f"sql/messages.toml: entry {e['id']}: no {side} message matches it"
                                 f" (message: {e['message']}; hint: {e.get('hint')}; detail: {e.get('detail')})")
+    for frag in catalog.get("fragment", []):
+        pattern = HOLE + placeholders(frag["text"]) + HOLE
+        for side, texts in (("rust", RUST_TEXTS), ("edition", EDITION_TEXTS)):
+            if not any(unify(pattern, t) for t in texts):
+                problems.append(f"sql/messages.toml: fragment {frag['id']}: no {side} literal says {frag['text']!r}")
     shared = [e for e in entries if e.get("rust", True) and e.get("edition", True)]
     print(f"messages: {len(entries)} catalog entries ({len(shared)} shared,"
           f" {sum(1 for e in entries if not e.get('edition', True))} extension-only,"
           f" {sum(1 for e in entries if not e.get('rust', True))} edition-only);"
-          f" {len(rust)} Rust messages and {len(edition)} edition RAISEs checked"
+          f" {len(catalog.get('fragment', []))} fragments; {len(rust)} Rust messages and {len(edition)} edition RAISEs checked"
           f" (skipped, extension-only: {', '.join('src/' + s for s in catalog.get('skip_rust', []))})")
     for p in problems:
         print(f"messages: {p}")
