@@ -154,7 +154,7 @@ BEGIN
                 RAISE EXCEPTION '%: the lock table has no room for % keys', fn, cardinality(keys)
                     USING ERRCODE = 'out_of_memory',
                           DETAIL = format('It was full after %s of them. No key of this call is held: the error releases the ones it took.', taken),
-                          HINT = 'Lock fewer keys per call, or raise max_locks_per_transaction (the lock table holds max_locks_per_transaction * (max_connections + max_prepared_transactions) locks; a restart is needed).';
+                          HINT = 'Lock fewer keys per call, or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction * (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.';
             END IF;
             RAISE;
         WHEN query_canceled THEN
