@@ -51,7 +51,7 @@ COMMENT ON FUNCTION @extschema@.advlock_edition_try_all(pg_catalog.text, pg_cata
   'advlock SQL edition (internal): advlock_try_all_with_timeout once the keys are known';
 COMMENT ON FUNCTION @extschema@.advlock_edition_lock_all(pg_catalog.int8[], pg_catalog.text, pg_catalog.text[], pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
   'advlock SQL edition (internal): advlock_lock_all_with_timeout once the keys are known, with its 55P03 error';
-COMMENT ON FUNCTION @extschema@.advlock_edition_unlock_all(pg_catalog.int8[], pg_catalog.text) IS
+COMMENT ON FUNCTION @extschema@.advlock_edition_unlock_all(pg_catalog.int8[], pg_catalog.text, pg_catalog.text[], pg_catalog.int8[], pg_catalog.text) IS
   'advlock SQL edition (internal): advlock_unlock_all once the keys are known';
 COMMENT ON FUNCTION @extschema@.advlock_edition_token(pg_catalog.int8, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
   'advlock SQL edition (internal): advlock_try_with_token once the target is checked: acquisition, then (timeline << 47) | nextval';

@@ -236,8 +236,14 @@ END
 $fn$;
 
 -- unlock_all: one session hold of each distinct key released; true when every one was held,
--- a WARNING naming each that was not.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_unlock_all(keys pg_catalog.int8[], mode pg_catalog.text)
+-- a WARNING naming each that was not, as the extension names it: "key N", or "key N =
+-- advlock_key('ns', id)" with the first id of the call that gave that key (ns NULL: bare keys;
+-- else text_ids or int_ids, in the order of keys). 0.5.0 added ns and the ids (the WARNING named
+-- only the number); an edition installed before loses its two-argument form here.
+DROP FUNCTION IF EXISTS @extschema@.advlock_edition_unlock_all(pg_catalog.int8[], pg_catalog.text);
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_unlock_all(keys pg_catalog.int8[], ns pg_catalog.text,
+                                                                 text_ids pg_catalog.text[], int_ids pg_catalog.int8[],
+                                                                 mode pg_catalog.text)
 RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -247,9 +253,16 @@ DECLARE
     every boolean := true;
     released boolean;
     k bigint;
+    target text;
 BEGIN
-    FOR k IN SELECT DISTINCT v FROM unnest(keys) v ORDER BY v LOOP
-        released := @extschema@.advlock_edition_release('advlock_unlock_all', k, shared, 'key ' || k);
+    FOR k, target IN
+        SELECT DISTINCT ON (u.key) u.key,
+               CASE WHEN ns IS NULL THEN 'key ' || u.key
+                    ELSE @extschema@.advlock_edition_describe(u.key, ns, u.t, u.n) END
+          FROM unnest(keys, text_ids, int_ids) WITH ORDINALITY u(key, t, n, i)
+         ORDER BY u.key, u.i
+    LOOP
+        released := @extschema@.advlock_edition_release('advlock_unlock_all', k, shared, target);
         every := every AND released;
     END LOOP;
     RETURN every;
@@ -350,7 +363,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     RETURN @extschema@.advlock_edition_unlock_all(
-        @extschema@.advlock_edition_set_keys('advlock_unlock_all', keys, NULL, NULL, NULL, 'keys'), mode);
+        @extschema@.advlock_edition_set_keys('advlock_unlock_all', keys, NULL, NULL, NULL, 'keys'), NULL, NULL, NULL, mode);
 END
 $fn$;
 
@@ -361,7 +374,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     RETURN @extschema@.advlock_edition_unlock_all(
-        @extschema@.advlock_edition_set_keys('advlock_unlock_all', NULL, ns, ids, NULL, 'text'), mode);
+        @extschema@.advlock_edition_set_keys('advlock_unlock_all', NULL, ns, ids, NULL, 'text'), ns, ids, NULL, mode);
 END
 $fn$;
 
@@ -372,7 +385,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     RETURN @extschema@.advlock_edition_unlock_all(
-        @extschema@.advlock_edition_set_keys('advlock_unlock_all', NULL, ns, NULL, ids, 'int'), mode);
+        @extschema@.advlock_edition_set_keys('advlock_unlock_all', NULL, ns, NULL, ids, 'int'), ns, NULL, ids, mode);
 END
 $fn$;
 

@@ -43,6 +43,11 @@ SELECT advlock_unlock(5);
 SELECT advlock_try_with_timeout(20, 0, scope => 'session');
 SELECT advlock_unlock_all(ARRAY[20, 21]);
 SELECT advlock_holding(20);
+-- ... naming an (ns, id) key as advlock_key(ns, id), with the first id of the call that gave
+-- it (the SQL edition's WARNING named only the number before 0.5.0):
+SELECT advlock_try_with_timeout('batch', 'job-1', 0, scope => 'session');
+SELECT advlock_unlock_all('batch', ARRAY['job-2', 'job-1', 'job-2']);
+SELECT advlock_unlock_all('batch', ARRAY[7]::bigint[], 'shared');
 
 -- The lock table has a finite size (max_locks_per_transaction × (max_connections +
 -- max_prepared_transactions)): asking for more is an error, and nothing stays held. (Terse:
