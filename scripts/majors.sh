@@ -119,3 +119,17 @@ install_sysroot() {
   done < <(find "$ADVLOCK_SYSROOT" -type l -lname '/*')
   rm -rf "$tmp"
 }
+
+# detach_installed_library PG_CONFIG: `cargo pgrx test` installs its build by copying over the
+# installed advlock.so in place (cargo-pgrx's install), which crashes a server of that major
+# that has the file mapped (a preloaded one: another checkout's, a kept instance). So the
+# installed file is first replaced by a copy of itself, renamed over it: such a server keeps the
+# old inode, and the in-place copy writes the new one, which no server has mapped yet (one that
+# loads advlock during the build would; scripts/install_ext.sh, used for every other install,
+# has no such window). pg_test/install/run.sh checks it.
+detach_installed_library() {
+  local lib
+  lib="$("$1" --pkglibdir)/advlock.so"
+  [ -f "$lib" ] || return 0
+  if ! { cp -p "$lib" "$lib.detach.$$" && mv -f "$lib.detach.$$" "$lib"; }; then rm -f "$lib.detach.$$"; fi
+}

@@ -75,6 +75,8 @@ log=$(mktemp /tmp/advlock-pgrx-test.XXXXXX.log)
 # pgrx_pass NAME [MAJOR]: one `cargo pgrx test pgMAJOR` run (default: the default major),
 # counted as NAME in the summary.
 pgrx_pass() {
+  # cargo pgrx test installs its build by copying over advlock.so in place (scripts/majors.sh).
+  detach_installed_library "$(pg_config_for "${2:-$default}")"
   # shellcheck disable=SC2046
   cargo pgrx test "pg${2:-$default}" $(runas_args "${2:-$default}") 2>&1 | tee "$log" | grep -E '^test |^test result:|panicked|^error' || true
   local rc=${PIPESTATUS[0]} p f

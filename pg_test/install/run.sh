@@ -6,7 +6,8 @@
 # the postmaster's mappings) and the server serving: the postmaster alive, no backend killed by
 # a signal, the holding session still answering and still holding, a new connection able to
 # CREATE EXTENSION and compute a key; after a restart the server maps the new file. Then the
-# tarball's installer (packaging/install.sh) puts the first build back the same way.
+# tarball's installer (packaging/install.sh) puts the first build back the same way. Last, the
+# test command's detach before cargo pgrx test's in-place copy (scripts/majors.sh).
 # Writes "install-atomic passed failed" to $ADVLOCK_SUMMARY.
 # Usage: pg_test/install/run.sh   (ADVLOCK_PG_MAJOR; ADVLOCK_INSTALL_TEST_PORT, default 5483)
 # shellcheck source-path=SCRIPTDIR
@@ -97,4 +98,23 @@ check "the postmaster still maps the file it loaded (now unlinked)" kept
 key_works() { [ "$(psql_ -d after_install -c "SELECT advlock_key('rollup', 'nightly')")" = 2132624222628149741 ]; }
 check "a new connection computes a key" key_works
 check "the postmaster is the same process, still running" kill -0 "$postmaster"
+
+# cargo pgrx test copies its build over advlock.so in place; the test command detaches the
+# installed file first (detach_installed_library, scripts/majors.sh). Here the same: detach,
+# then an in-place copy of another build (the first one, stripped) over the name, as cargo-pgrx
+# does.
+stripped="$work/stripped.so"
+cp "$work/first.so" "$stripped" && strip --strip-debug "$stripped"
+as_postgres "$PGBIN/pg_ctl" -D "$work/data" -l "$work/postgres.log" -w -t 60 restart >/dev/null || fail_now "restart"
+postmaster=$(head -1 "$work/data/postmaster.pid")
+check "after a restart the postmaster maps the installed file" mapped
+old_inode=$(stat -c %i "$so")
+detach_installed_library "$PG_CONFIG"
+check "detach_installed_library put a copy in place (another inode, same contents)" \
+  bash -c "[ \"\$(stat -c %i '$so')\" != '$old_inode' ] && cmp -s '$so' '$work/first.so'"
+cp "$stripped" "$so"   # in place, as cargo-pgrx's install copies
+check "after an in-place copy over the detached name, the postmaster still maps its own file" kept
+check "a new connection computes a key" key_works
+check "the postmaster is the same process, still running" kill -0 "$postmaster"
+check "no server process ended by a signal" bash -c "! grep -E 'terminated by signal|was terminated|server process .* exited with exit code [^0]' '$work/postgres.log'"
 [ "$failed" -eq 0 ]
