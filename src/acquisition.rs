@@ -150,13 +150,13 @@ fn lock_with_timeout(
 
 fn unlock(target: Target, mode: Option<ServerText>) -> bool {
     let mode = Mode::parse(mode, UNLOCK);
-    release_session(UNLOCK, &target, mode)
+    release_session(&target, mode)
 }
 
-/// Releases one session hold of `target` in `mode` for `function` (advlock_unlock, and each key
-/// of advlock_unlock_all). When this session holds no such session lock: false, and a WARNING
+/// Releases one session hold of `target` in `mode` (advlock_unlock, and each key of
+/// advlock_unlock_all). When this session holds no such session lock: false, and a WARNING
 /// naming the key and saying what this session holds of it instead.
-pub fn release_session(function: &str, target: &Target, mode: Mode) -> bool {
+pub fn release_session(target: &Target, mode: Mode) -> bool {
     if lockmgr::release_session(target.key, mode) {
         labels::released_session(target.key, mode);
         provisional::released(target.key, mode);
@@ -183,7 +183,7 @@ pub fn release_session(function: &str, target: &Target, mode: Mode) -> bool {
     Report::new(
         PgSqlErrorCode::ERRCODE_WARNING,
         format!(
-            "{function}: this session holds no {} session lock on {}",
+            "this session holds no {} session lock on {}",
             mode.word(),
             target.describe()
         ),

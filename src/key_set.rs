@@ -158,7 +158,7 @@ fn acquire_all(
             Report::new(
                 PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
                 format!(
-                    "{function}: the lock table has no room for {} keys",
+                    "the lock table has no room for {} keys",
                     targets.len()
                 ),
             )
@@ -246,7 +246,7 @@ fn unlock_all(targets: Vec<Target>, mode: Option<ServerText>) -> bool {
     let mode = Mode::parse(mode, UNLOCK_ALL);
     let mut all = true;
     for target in sorted_distinct(targets) {
-        all &= acquisition::release_session(UNLOCK_ALL, &target, mode);
+        all &= acquisition::release_session(&target, mode);
     }
     all
 }

@@ -241,7 +241,7 @@ impl Refusal {
             .raise(),
             Refusal::Full => Report::new(
                 PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
-                format!("{function}: all {} lease entries are in use", crate::gucs::MAX_LEASES.get()),
+                format!("all {} lease entries are in use", crate::gucs::MAX_LEASES.get()),
             )
             .detail(format!("No lease on {} was taken.", target.describe()))
             .hint("Release leases that are no longer needed, or raise advlock.max_leases (needs a restart).")

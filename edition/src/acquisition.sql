@@ -305,7 +305,7 @@ BEGIN
         detail := 'This session holds no lock on that key: it never took it, or already released it.';
         hint := 'advlock_holders shows who holds the key.';
     END IF;
-    RAISE WARNING '%: this session holds no % session lock on %', fn, asked, target
+    RAISE WARNING 'this session holds no % session lock on %', asked, target
         USING DETAIL = detail, HINT = hint;
     RETURN false;
 END

@@ -151,7 +151,7 @@ BEGIN
         WHEN out_of_memory THEN
             IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
             IF SQLERRM = 'out of shared memory' THEN
-                RAISE EXCEPTION '%: the lock table has no room for % keys', fn, cardinality(keys)
+                RAISE EXCEPTION 'the lock table has no room for % keys', cardinality(keys)
                     USING ERRCODE = 'out_of_memory',
                           DETAIL = format('It was full after %s of them. No key of this call is held: the error releases the ones it took.', taken),
                           HINT = 'Lock fewer keys per call, or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction * (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.';
