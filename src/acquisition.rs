@@ -3,7 +3,7 @@
 use crate::diagnostics::describe_holders;
 use crate::errors::Report;
 use crate::gucs;
-use crate::lock_request::{key_forms, timeout, Mode, Scope, Target};
+use crate::lock_request::{key_forms, Mode, Request, Scope, Target};
 use crate::lockmgr;
 use crate::lockmgr::Taken;
 use crate::preload::labels;
@@ -118,10 +118,8 @@ fn try_with_timeout(
     scope: Option<ServerText>,
     mode: Option<ServerText>,
 ) -> bool {
-    let timeout_ms = timeout(timeout_ms, TRY);
-    let scope = Scope::parse(scope, TRY);
-    let mode = Mode::parse(mode, TRY);
-    acquire(TRY, &target, timeout_ms, scope, mode)
+    let r = Request::parse(TRY, timeout_ms, scope, mode);
+    acquire(TRY, &target, r.timeout_ms, r.scope, r.mode)
 }
 
 fn lock_with_timeout(
@@ -130,9 +128,11 @@ fn lock_with_timeout(
     scope: Option<ServerText>,
     mode: Option<ServerText>,
 ) {
-    let timeout_ms = timeout(timeout_ms, LOCK);
-    let scope = Scope::parse(scope, LOCK);
-    let mode = Mode::parse(mode, LOCK);
+    let Request {
+        timeout_ms,
+        scope,
+        mode,
+    } = Request::parse(LOCK, timeout_ms, scope, mode);
     let started = Instant::now();
     if !acquire(LOCK, &target, timeout_ms, scope, mode) {
         let asked = format!("advisory lock on {}", target.describe());

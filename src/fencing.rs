@@ -20,7 +20,7 @@
 //! the extension and of the sequence).
 use crate::acquisition::acquire;
 use crate::errors::Report;
-use crate::lock_request::{key_forms, timeout, Mode, Scope, Target};
+use crate::lock_request::{key_forms, Request, Target};
 use crate::lockmgr;
 use crate::server_text::ServerText;
 use pgrx::pg_sys;
@@ -104,9 +104,11 @@ fn try_with_token(
     mode: Option<ServerText>,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Option<i64> {
-    let timeout_ms = timeout(timeout_ms, TRY_TOKEN);
-    let scope = Scope::parse(scope, TRY_TOKEN);
-    let mode = Mode::parse(mode, TRY_TOKEN);
+    let Request {
+        timeout_ms,
+        scope,
+        mode,
+    } = Request::parse(TRY_TOKEN, timeout_ms, scope, mode);
     tokens_possible(TRY_TOKEN);
     if !acquire(TRY_TOKEN, &target, timeout_ms, scope, mode) {
         return None;

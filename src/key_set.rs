@@ -15,7 +15,7 @@
 use crate::acquisition::{self, lock_not_available, preflight, take_one};
 use crate::errors::{invalid_argument, required, Report};
 use crate::keys;
-use crate::lock_request::{timeout, Id, Mode, Scope, Target};
+use crate::lock_request::{Id, Mode, Request, Scope, Target};
 use crate::lockmgr::{self, Taken};
 use crate::preload::labels;
 use crate::provisional;
@@ -209,10 +209,15 @@ fn try_all(
     scope: Option<ServerText>,
     mode: Option<ServerText>,
 ) -> bool {
-    let timeout_ms = timeout(timeout_ms, function);
-    let scope = Scope::parse(scope, function);
-    let mode = Mode::parse(mode, function);
-    acquire_all(function, &sorted_distinct(targets), timeout_ms, scope, mode).is_ok()
+    let r = Request::parse(function, timeout_ms, scope, mode);
+    acquire_all(
+        function,
+        &sorted_distinct(targets),
+        r.timeout_ms,
+        r.scope,
+        r.mode,
+    )
+    .is_ok()
 }
 
 fn lock_all(
@@ -221,9 +226,11 @@ fn lock_all(
     scope: Option<ServerText>,
     mode: Option<ServerText>,
 ) {
-    let timeout_ms = timeout(timeout_ms, LOCK_ALL);
-    let scope = Scope::parse(scope, LOCK_ALL);
-    let mode = Mode::parse(mode, LOCK_ALL);
+    let Request {
+        timeout_ms,
+        scope,
+        mode,
+    } = Request::parse(LOCK_ALL, timeout_ms, scope, mode);
     let targets = sorted_distinct(targets);
     if let Err(busy) = acquire_all(LOCK_ALL, &targets, timeout_ms, scope, mode) {
         let target = &targets[busy.index];

@@ -114,6 +114,31 @@ impl<'a> Target<'a> {
     }
 }
 
+/// What a bounded acquisition asks for besides its key: `timeout_ms`, `scope` and `mode`, checked
+/// in that order (the order of the SQL arguments) by one parser for every function that takes
+/// them.
+pub struct Request {
+    pub timeout_ms: i32,
+    pub scope: Scope,
+    pub mode: Mode,
+}
+
+impl Request {
+    #[track_caller]
+    pub fn parse(
+        function: &str,
+        timeout_ms: Option<i32>,
+        scope: Option<ServerText>,
+        mode: Option<ServerText>,
+    ) -> Request {
+        Request {
+            timeout_ms: timeout(timeout_ms, function),
+            scope: Scope::parse(scope, function),
+            mode: Mode::parse(mode, function),
+        }
+    }
+}
+
 #[track_caller]
 pub fn timeout(value: Option<i32>, function: &str) -> i32 {
     let ms = required(value, function, "timeout_ms");
