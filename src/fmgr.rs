@@ -294,18 +294,12 @@ pub unsafe extern "C-unwind" fn advlock_wait_lock(
 pub unsafe extern "C-unwind" fn advlock_wait_lease(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
-    // SAFETY: fcinfo is this call's; the arguments are read before the commit.
+    // SAFETY: fcinfo is this call's; argument 3 is `slots integer`.
     unsafe {
-        let key = arg::<i64>(fcinfo, 0);
-        let ttl_ms = arg::<i32>(fcinfo, 1);
-        let timeout_ms = arg::<i32>(fcinfo, 2);
-        let slots = arg::<i32>(fcinfo, 3);
-        let target = Target::from_key(key, WAIT_LEASE);
-        let args = crate::leases::check_lease_arguments(WAIT_LEASE, ttl_ms, timeout_ms, slots);
-        snapshot_free_wait::commit_first(nonatomic(fcinfo), WAIT_LEASE);
-        let lease = crate::leases::take(WAIT_LEASE, target, args, fcinfo);
-        snapshot_free_wait::finish();
-        procedure_result(fcinfo, [lease.map(pg_sys::Datum::from)])
+        wait_take(fcinfo, WAIT_LEASE, |ttl_ms, timeout_ms| {
+            let slots = arg::<i32>(fcinfo, 3);
+            crate::leases::check_lease_arguments(WAIT_LEASE, ttl_ms, timeout_ms, slots)
+        })
     }
 }
 
@@ -319,20 +313,38 @@ pub unsafe extern "C-unwind" fn advlock_wait_lease(
 pub unsafe extern "C-unwind" fn advlock_wait_campaign(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
-    // SAFETY: fcinfo is this call's; the arguments are read (and the candidate copied) before
-    // the commit.
+    // SAFETY: fcinfo is this call's; argument 3 is `candidate text`, copied by the check.
+    unsafe {
+        wait_take(fcinfo, WAIT_CAMPAIGN, |ttl_ms, timeout_ms| {
+            let candidate = arg::<ServerText>(fcinfo, 3);
+            crate::election::check_campaign_arguments(WAIT_CAMPAIGN, ttl_ms, timeout_ms, candidate)
+        })
+    }
+}
+
+/// The two snapshot-free takers of the lease table (a lease, a term): `(key, ttl_ms, timeout_ms,
+/// …)` read and checked (`check` reads the fourth argument) before the commit, then the wait,
+/// and one INOUT bigint: the lease id or term taken, NULL when the wait ran out.
+///
+/// # Safety
+/// `fcinfo` is the current call's, of a procedure declared `(key bigint, ttl_ms integer,
+/// timeout_ms integer, …, INOUT … bigint)`.
+unsafe fn wait_take(
+    fcinfo: pg_sys::FunctionCallInfo,
+    function: &str,
+    check: impl FnOnce(Option<i32>, Option<i32>) -> crate::leases::LeaseArgs,
+) -> pg_sys::Datum {
+    // SAFETY: see the contract; the arguments are read before the commit.
     unsafe {
         let key = arg::<i64>(fcinfo, 0);
         let ttl_ms = arg::<i32>(fcinfo, 1);
         let timeout_ms = arg::<i32>(fcinfo, 2);
-        let candidate = arg::<ServerText>(fcinfo, 3);
-        let target = Target::from_key(key, WAIT_CAMPAIGN);
-        let args =
-            crate::election::check_campaign_arguments(WAIT_CAMPAIGN, ttl_ms, timeout_ms, candidate);
-        snapshot_free_wait::commit_first(nonatomic(fcinfo), WAIT_CAMPAIGN);
-        let term = crate::leases::take(WAIT_CAMPAIGN, target, args, fcinfo);
+        let target = Target::from_key(key, function);
+        let args = check(ttl_ms, timeout_ms);
+        snapshot_free_wait::commit_first(nonatomic(fcinfo), function);
+        let taken = crate::leases::take(function, target, args, fcinfo);
         snapshot_free_wait::finish();
-        procedure_result(fcinfo, [term.map(pg_sys::Datum::from)])
+        procedure_result(fcinfo, [taken.map(pg_sys::Datum::from)])
     }
 }
 
