@@ -65,12 +65,11 @@ def test_s17_transaction_and_statement_poolers_are_refused(
     assert advisory_locks(admin) == []
 
 
-def test_s17_two_holders_never_at_once_through_a_transaction_pooler(
-    transaction_pooler: str, admin: psycopg.Connection[Any]
-) -> None:
-    """The bug of 0.4.0's client: two threads both entered the block. Now, with threads racing
-    through the pooler, no two are ever inside at once; the pooler is refused (whoever is not
-    refused got the lock on the server, alone) and nothing is left locked."""
+def race(dsn: str, rounds: int, timeout: float, hold: float, check_holding: bool) -> tuple[list[str], int]:
+    """Four threads released together, each taking session_lock(dsn, "migrate") `rounds` times
+    and staying inside `hold` seconds: each round's outcome ("held", "refused" for UnsafePooler,
+    or the repr of any other error) and the most threads ever inside at once. With
+    `check_holding`, every holder asks holding() first ("held" only when it said True)."""
     inside = 0
     most_inside = 0
     outcomes: list[str] = []
@@ -80,25 +79,38 @@ def test_s17_two_holders_never_at_once_through_a_transaction_pooler(
     def worker() -> None:
         nonlocal inside, most_inside
         barrier.wait()
-        for _ in range(3):
+        for _ in range(rounds):
             try:
-                with advlock.session_lock(transaction_pooler, "migrate", timeout=2.0) as held:
+                with advlock.session_lock(dsn, "migrate", timeout=timeout) as held:
+                    holding = held.holding() if check_holding else True
                     with guard:
                         inside += 1
                         most_inside = max(most_inside, inside)
-                    time.sleep(0.02)
+                    time.sleep(hold)
                     with guard:
                         inside -= 1
-                outcomes.append(f"held by {held.pid}")
+                outcomes.append("held" if holding else "held, but holding() said False")
             except advlock.UnsafePooler:
                 outcomes.append("refused")
+            except Exception as e:  # recorded, and asserted on by the caller
+                outcomes.append(repr(e))
 
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(60)
-    assert len(outcomes) == 12 and most_inside <= 1, outcomes
+        t.join(120)
+    return outcomes, most_inside
+
+
+def test_s17_two_holders_never_at_once_through_a_transaction_pooler(
+    transaction_pooler: str, admin: psycopg.Connection[Any]
+) -> None:
+    """The bug of 0.4.0's client: two threads both entered the block. Now, with threads racing
+    through the pooler, no two are ever inside at once; the pooler is refused (whoever is not
+    refused got the lock on the server, alone) and nothing is left locked."""
+    outcomes, most_inside = race(transaction_pooler, rounds=3, timeout=2.0, hold=0.02, check_holding=False)
+    assert len(outcomes) == 12 and set(outcomes) <= {"held", "refused"} and most_inside <= 1, outcomes
     assert "refused" in outcomes, outcomes
     wait_until(lambda: advisory_locks(admin) == [], what="no advisory lock left behind")
 
@@ -117,36 +129,7 @@ def test_s35_a_probe_that_misses_the_pooler_strands_no_lock(
     import advlock._session
 
     monkeypatch.setattr(advlock._session, "_probe_pid", lambda *args: None)
-    inside = 0
-    most_inside = 0
-    outcomes: list[str] = []
-    guard = threading.Lock()
-    barrier = threading.Barrier(4)
-
-    def worker() -> None:
-        nonlocal inside, most_inside
-        barrier.wait()
-        for _ in range(5):
-            try:
-                with advlock.session_lock(transaction_pooler, "migrate", timeout=5.0) as held:
-                    assert held.holding()
-                    with guard:
-                        inside += 1
-                        most_inside = max(most_inside, inside)
-                    time.sleep(0.01)
-                    with guard:
-                        inside -= 1
-                outcomes.append("held")
-            except advlock.UnsafePooler:
-                outcomes.append("refused")  # the pinned backend already held advisory locks
-            except Exception as e:  # recorded, and asserted on below
-                outcomes.append(repr(e))
-
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    outcomes, most_inside = race(transaction_pooler, rounds=5, timeout=5.0, hold=0.01, check_holding=True)
     # Every round held: the block's backend never holds another client's lock (a pinned lock
     # keeps its server session out of the pool), so nothing refuses, and none is lost.
     assert outcomes == ["held"] * 20 and most_inside == 1, outcomes
