@@ -25,37 +25,46 @@ class PoolerTest < AdvlockCase
     end
   end
 
+  # Four threads released together, each taking session_lock(dsn, "migrate") `rounds` times and
+  # staying inside `hold` seconds: each round's outcome ("held", "refused" for UnsafePooler, or
+  # the inspect of any other error) and the most threads ever inside at once. With
+  # check_holding, each holder asks holding? before leaving ("held" only when it said true).
+  def race(dsn, rounds:, timeout:, hold:, check_holding:)
+    inside = 0
+    most = 0
+    outcomes = Queue.new
+    guard = Mutex.new
+    gate = Queue.new
+    threads = Array.new(4) do
+      Thread.new do
+        gate.pop
+        rounds.times do
+          holding = Advlock.session_lock(dsn, "migrate", timeout: timeout) do |held|
+            guard.synchronize { most = [most, inside += 1].max }
+            sleep hold
+            guard.synchronize { inside -= 1 }
+            check_holding ? held.holding? : true
+          end
+          outcomes << (holding ? "held" : "held, but holding? said false")
+        rescue Advlock::UnsafePooler
+          outcomes << "refused"
+        rescue StandardError => e
+          outcomes << e.inspect
+        end
+      end
+    end
+    4.times { gate << :go }
+    threads.each { |t| t.join(120) }
+    [Array.new(outcomes.size) { outcomes.pop }, most]
+  end
+
   # The bug of the Python client 0.4.0: two threads both entered the block. With threads racing
   # through the pooler, no two are ever inside at once; the pooler is refused (whoever is not
   # refused got the lock on the server, alone, in the block that pins its server session, so it
   # never loses it) and nothing is left locked.
   def test_s17_two_holders_never_at_once_through_a_transaction_pooler
     through("transaction") do |dsn|
-      inside = 0
-      most = 0
-      outcomes = Queue.new
-      guard = Mutex.new
-      gate = Queue.new
-      threads = Array.new(4) do
-        Thread.new do
-          gate.pop
-          3.times do
-            Advlock.session_lock(dsn, "migrate", timeout: 2.0) do
-              guard.synchronize { most = [most, inside += 1].max }
-              sleep 0.02
-              guard.synchronize { inside -= 1 }
-            end
-            outcomes << "held"
-          rescue Advlock::UnsafePooler
-            outcomes << "refused"
-          rescue StandardError => e
-            outcomes << e.inspect
-          end
-        end
-      end
-      4.times { gate << :go }
-      threads.each { |t| t.join(60) }
-      seen = Array.new(outcomes.size) { outcomes.pop }
+      seen, most = race(dsn, rounds: 3, timeout: 2.0, hold: 0.02, check_holding: false)
       assert_equal 12, seen.size, seen.inspect
       assert_operator most, :<=, 1, seen.inspect
       assert_includes seen, "refused"
@@ -84,32 +93,7 @@ class PoolerTest < AdvlockCase
   # The block greets again and pins whichever backend it reached, so every round gets the lock.
   def test_s35_a_probe_that_misses_the_pooler_strands_no_lock
     through("transaction") do |dsn|
-      inside = 0
-      most = 0
-      outcomes = Queue.new
-      guard = Mutex.new
-      gate = Queue.new
-      without_probe do
-        threads = Array.new(4) do
-          Thread.new do
-            gate.pop
-            5.times do
-              holding = Advlock.session_lock(dsn, "migrate", timeout: 5.0) do |held|
-                guard.synchronize { most = [most, inside += 1].max }
-                sleep 0.01
-                guard.synchronize { inside -= 1 }
-                held.holding?
-              end
-              outcomes << (holding ? "held" : "held, but holding? said false")
-            rescue StandardError => e
-              outcomes << e.inspect
-            end
-          end
-        end
-        4.times { gate << :go }
-        threads.each { |t| t.join(120) }
-      end
-      seen = Array.new(outcomes.size) { outcomes.pop }
+      seen, most = without_probe { race(dsn, rounds: 5, timeout: 5.0, hold: 0.01, check_holding: true) }
       # Every round held: the block's backend never holds another client's lock (a pinned lock
       # keeps its server session out of the pool), so nothing refuses, and none is lost.
       assert_equal ["held"] * 20, seen
