@@ -38,29 +38,52 @@ for (const mode of ["transaction", "statement"] as const) {
   }
 }
 
-test("S17 racing through a transaction-mode PgBouncer: held or refused, never lost, never two inside at once, nothing left locked", async () => {
-  const dsn = (bouncers.transaction as Bouncer).dsn;
+/**
+ * Four workers (two per driver) each take sessionLock(dsn, "migrate") `rounds` times and stay
+ * inside `holdMs`: each round's outcome ("held", "refused" for UnsafePoolerError, or
+ * "<driver>: <error>" for any other) and the most workers ever inside at once. With
+ * checkHolding, each holder asks holding() first ("held" only when it said true).
+ */
+async function race(
+  dsn: string,
+  rounds: number,
+  timeoutMs: number,
+  holdMs: number,
+  checkHolding: boolean,
+): Promise<{ outcomes: string[]; most: number }> {
   let inside = 0;
   let most = 0;
   const outcomes: string[] = [];
   const worker = async (driver: "pg" | "postgres"): Promise<void> => {
-    for (let i = 0; i < 3; i++) {
+    for (let i = 0; i < rounds; i++) {
       try {
-        await advlock.withSessionLock(dsn, "migrate", "", { timeoutMs: 2000, driver }, async () => {
+        let holding = true;
+        await advlock.withSessionLock(dsn, "migrate", "", { timeoutMs, driver }, async (held) => {
+          if (checkHolding) holding = await held.holding();
           inside += 1;
           most = Math.max(most, inside);
-          await sleep(20);
+          await sleep(holdMs);
           inside -= 1;
         });
-        outcomes.push("held");
+        outcomes.push(holding ? "held" : "held, but holding() said false");
       } catch (e) {
-        if (e instanceof advlock.UnsafePoolerError) outcomes.push("refused");
-        else throw e; // LockLostError included: behind a pooler the lock stays on one backend
+        outcomes.push(e instanceof advlock.UnsafePoolerError ? "refused" : `${driver}: ${String(e)}`);
       }
     }
   };
   await Promise.all([worker("pg"), worker("postgres"), worker("pg"), worker("postgres")]);
+  return { outcomes, most };
+}
+
+test("S17 racing through a transaction-mode PgBouncer: held or refused, never lost, never two inside at once, nothing left locked", async () => {
+  // LockLostError included among the failures: behind a pooler the lock stays on one backend.
+  const { outcomes, most } = await race((bouncers.transaction as Bouncer).dsn, 3, 2000, 20, false);
   assert.equal(outcomes.length, 12);
+  assert.deepEqual(
+    outcomes.filter((o) => o !== "held" && o !== "refused"),
+    [],
+    outcomes.join("\n"),
+  );
   assert.ok(most <= 1, String(most));
   assert.ok(outcomes.includes("refused"), outcomes.join());
   await withAdmin(async (admin) => waitUntil(async () => (await advisoryLocks(admin)).length === 0, "no advisory lock left"));
@@ -75,33 +98,15 @@ test("S35 with no probe catching it, racing through a transaction-mode PgBouncer
   // none is left on a server session the pool hands to the next client (0.5.0's first client left
   // it there when a statement landed on another backend: every later sessionLock timed out on a
   // lock held by an idle server connection).
-  const dsn = (bouncers.transaction as Bouncer).dsn;
-  let inside = 0;
-  let most = 0;
-  const outcomes: string[] = [];
-  const worker = async (driver: "pg" | "postgres"): Promise<void> => {
-    for (let i = 0; i < 5; i++) {
-      try {
-        await advlock.withSessionLock(dsn, "migrate", "", { timeoutMs: 5000, driver }, async (held) => {
-          assert.equal(await held.holding(), true);
-          inside += 1;
-          most = Math.max(most, inside);
-          await sleep(10);
-          inside -= 1;
-        });
-        outcomes.push("held");
-      } catch (e) {
-        outcomes.push(`${driver}: ${String(e)}`);
-      }
-    }
-  };
   const probePid = probing.probePid;
   probing.probePid = async () => null;
+  let raced: { outcomes: string[]; most: number };
   try {
-    await Promise.all([worker("pg"), worker("postgres"), worker("pg"), worker("postgres")]);
+    raced = await race((bouncers.transaction as Bouncer).dsn, 5, 5000, 10, true);
   } finally {
     probing.probePid = probePid;
   }
+  const { outcomes, most } = raced;
   // Every round held: the block's backend never holds another client's lock (a pinned lock keeps
   // its server session out of the pool), so nothing refuses, and none is lost.
   assert.deepEqual(outcomes, Array(20).fill("held"), outcomes.join("\n"));
