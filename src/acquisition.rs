@@ -1,17 +1,24 @@
-//! Bounded server-side acquisition: `advlock_try_with_timeout`, `advlock_lock_with_timeout`,
-//! and `advlock_unlock`, each with `(key)`, `(ns, id text)` and `(ns, id bigint)` forms.
+//! Bounded server-side acquisition, one routine for one key and for a set of keys:
+//! `advlock_try_with_timeout`, `advlock_lock_with_timeout` and `advlock_unlock`, each with
+//! `(key)`, `(ns, id text)` and `(ns, id bigint)` forms, call it with one key; the key-set
+//! functions (`key_set`) with their sorted, distinct keys; `advlock_try_with_token` and
+//! `CALL advlock_wait_lock` with one key too.
 use crate::diagnostics::describe_holders;
 use crate::errors::Report;
 use crate::gucs;
 use crate::lock_request::{key_forms, Mode, Request, Scope, Target};
-use crate::lockmgr;
-use crate::lockmgr::Taken;
+use crate::lockmgr::{self, Taken};
 use crate::preload::labels;
 use crate::preload::stats::{self, Outcome};
 use crate::provisional;
 use crate::server_text::ServerText;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
+use pgrx::pg_sys::panic::CaughtError;
 use pgrx::prelude::*;
+use pgrx::PgTryBuilder;
+use std::cell::Cell;
+use std::panic::AssertUnwindSafe;
+use std::slice;
 use std::time::{Duration, Instant};
 
 const TRY: &str = "advlock_try_with_timeout";
@@ -19,7 +26,7 @@ const LOCK: &str = "advlock_lock_with_timeout";
 const UNLOCK: &str = "advlock_unlock";
 
 /// The checks every acquisition makes before touching the lock manager.
-pub(crate) fn preflight(function: &str, scope: Scope) {
+fn preflight(function: &str, scope: Scope) {
     lockmgr::prevent_in_parallel_mode();
     if lockmgr::in_recovery() && !gucs::ALLOW_ON_STANDBY.get() {
         Report::new(
@@ -40,28 +47,110 @@ pub(crate) fn preflight(function: &str, scope: Scope) {
     }
 }
 
-/// The whole acquisition: checks, a no-wait try, then (only if busy) a bounded wait.
-/// The uncontended path opens no subtransaction. When preloaded, the outcome is counted per
-/// namespace (`stats`) and an `(ns, id)` lock gets a label (`labels`); neither waits or fails.
+/// Which key of the call stayed busy, and after how long.
+pub(crate) struct Busy {
+    index: usize,
+    waited: Duration,
+}
+
+/// The whole acquisition: checks, then each target (sorted and distinct when there are several)
+/// within one deadline — all of them, or none.
+///
+/// Each key: a no-wait try, then (only if busy and time is left) a wait in the lock manager's
+/// queue; the uncontended path opens no subtransaction. When preloaded, each outcome is counted
+/// per namespace (`stats`) and, once every key is held, each `(ns, id)` hold gets a label
+/// (`labels`); neither waits or fails.
+///
+/// Holds taken so far are given back in reverse order when a key stays busy; holds the session
+/// had before the call are untouched (the lock manager counts holds, and exactly the ones this
+/// call added are released). Should an ERROR end the call instead (a deadlock, a cancel, a full
+/// lock table), PostgreSQL's abort releases the transaction-level holds, and the session-level
+/// ones are released by the failed-statement rule (`provisional`, recorded as each is taken), so
+/// nothing this call took survives the error either. A full lock table is reported once, here,
+/// for one key as for many (53200, `lock_table_full` in sql/messages.toml).
 pub(crate) fn acquire(
+    function: &str,
+    targets: &[Target],
+    timeout_ms: i32,
+    scope: Scope,
+    mode: Mode,
+) -> Result<(), Busy> {
+    preflight(function, scope);
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(timeout_ms as u64);
+    // Read by the error handler: how far the call got.
+    let taken = AssertUnwindSafe(Cell::new(0usize));
+    let outcome = PgTryBuilder::new(|| {
+        // How each key was taken, for giving it back to the right resource owner.
+        let mut how = Vec::with_capacity(targets.len());
+        for (index, target) in targets.iter().enumerate() {
+            let Some(taken_as) = take_one(target, scope, mode, ms_left(deadline)) else {
+                give_back(&targets[..how.len()], &how, scope, mode);
+                return Err(Busy {
+                    index,
+                    waited: started.elapsed(),
+                });
+            };
+            if scope == Scope::Session {
+                provisional::taken(target.key, mode);
+            }
+            how.push(taken_as);
+            taken.set(how.len());
+        }
+        Ok(())
+    })
+    .catch_others(|error| match &error {
+        // The lock manager's "out of shared memory" (53200, ERRCODE_OUT_OF_MEMORY): matched by
+        // SQLSTATE, since the message is translated under another lc_messages.
+        CaughtError::PostgresError(report)
+            if report.sql_error_code() == PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY =>
+        {
+            Report::new(
+                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+                "the lock table has no room for another advisory lock",
+            )
+            .detail(format!(
+                "Keys asked for: {}; taken before it was full: {}. None of them is held: the error releases the ones it took.",
+                targets.len(),
+                taken.get()
+            ))
+            .hint("Hold fewer locks at once (fewer keys per call, no session lock kept longer than needed), or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction * (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.")
+            .raise()
+        }
+        _ => error.rethrow(),
+    })
+    .execute();
+    if outcome.is_ok() {
+        for target in targets {
+            labels::acquired(target, scope, mode);
+        }
+    }
+    outcome
+}
+
+/// `acquire` for a single key: whether it was granted.
+pub(crate) fn acquire_one(
     function: &str,
     target: &Target,
     timeout_ms: i32,
     scope: Scope,
     mode: Mode,
 ) -> bool {
-    preflight(function, scope);
-    let acquired = take_one(target, scope, mode, timeout_ms).is_some();
-    if acquired {
-        took(target, scope, mode);
-    }
-    acquired
+    acquire(function, slice::from_ref(target), timeout_ms, scope, mode).is_ok()
 }
 
-/// The one acquisition algorithm, for a single key and for each key of a set: a no-wait try,
-/// then (only if busy and `wait_ms` > 0) a wait in the lock manager's queue, each outcome
+/// What is left of the deadline, in whole milliseconds rounded up: the first key waits the full
+/// `timeout_ms` (so 1 ms still waits), a later one what the earlier ones left, 0 once it passed.
+fn ms_left(deadline: Instant) -> i32 {
+    let left_us = deadline
+        .saturating_duration_since(Instant::now())
+        .as_micros();
+    left_us.div_ceil(1000).min(i32::MAX as u128) as i32
+}
+
+/// One key: a no-wait try, then (only if busy and `wait_ms` > 0) a bounded wait, each outcome
 /// counted per namespace when preloaded. None when the lock was not obtained.
-pub(crate) fn take_one(target: &Target, scope: Scope, mode: Mode, wait_ms: i32) -> Option<Taken> {
+fn take_one(target: &Target, scope: Scope, mode: Mode, wait_ms: i32) -> Option<Taken> {
     if lockmgr::try_acquire(target.key, mode, scope) {
         stats::count(target, Outcome::Immediate);
         return Some(Taken::AtOnce);
@@ -77,53 +166,46 @@ pub(crate) fn take_one(target: &Target, scope: Scope, mode: Mode, wait_ms: i32) 
     acquired.then_some(Taken::AfterWait)
 }
 
-/// 55P03, the one error of a bounded wait that ran out: what was asked (`asked`, after "could
-/// not obtain <mode> "), how long it waited, what was busy (`busy`, appended when the call asked
-/// for several keys), and in the DETAIL who holds the busy key, then `also`.
-pub(crate) fn lock_not_available(
-    mode: Mode,
-    asked: &str,
-    busy: Option<&Target>,
-    busy_key: i64,
-    timeout_ms: i32,
-    waited: Duration,
-    also: &str,
-) -> ! {
-    let busy = busy.map_or(String::new(), |t| format!(": {} is busy", t.describe()));
-    Report::new(
-        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-        format!(
-            "could not obtain {} {asked} within {timeout_ms} ms (waited {} ms){busy}",
-            mode.word(),
-            waited.as_millis()
-        ),
-    )
-    .detail(format!("{}{also}", describe_holders(busy_key, mode)))
-    .hint("Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.")
-    .raise()
-}
-
-/// Bookkeeping of one granted hold: its label, and (session scope) its release should the
-/// statement fail (`provisional`).
-pub(crate) fn took(target: &Target, scope: Scope, mode: Mode) {
-    labels::acquired(target, scope, mode);
-    if scope == Scope::Session {
-        provisional::taken(target.key, mode);
+/// Releases one hold of each target, newest first.
+fn give_back(targets: &[Target], how: &[Taken], scope: Scope, mode: Mode) {
+    for (target, &taken) in targets.iter().zip(how).rev() {
+        match scope {
+            Scope::Session => {
+                lockmgr::release_session(target.key, mode);
+                provisional::released(target.key, mode);
+            }
+            Scope::Xact => lockmgr::release_xact(target.key, mode, taken),
+        }
     }
 }
 
-fn try_with_timeout(
-    target: Target,
+/// How a call named what it asked for in its 55P03: one key, or a set of keys (even when the
+/// set holds one distinct key).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    OneKey,
+    KeySet,
+}
+
+/// The try functions: true when every target was granted within `timeout_ms`.
+pub(crate) fn try_acquire(
+    function: &str,
+    targets: &[Target],
     timeout_ms: Option<i32>,
     scope: Option<ServerText>,
     mode: Option<ServerText>,
 ) -> bool {
-    let r = Request::parse(TRY, timeout_ms, scope, mode);
-    acquire(TRY, &target, r.timeout_ms, r.scope, r.mode)
+    let r = Request::parse(function, timeout_ms, scope, mode);
+    acquire(function, targets, r.timeout_ms, r.scope, r.mode).is_ok()
 }
 
-fn lock_with_timeout(
-    target: Target,
+/// The lock functions: every target granted within `timeout_ms`, or 55P03, the one error of a
+/// bounded wait that ran out: what was asked, how long it waited, (for a set) which key was
+/// busy, and in the DETAIL who holds that key.
+pub(crate) fn lock(
+    function: &str,
+    asked: Asked,
+    targets: &[Target],
     timeout_ms: Option<i32>,
     scope: Option<ServerText>,
     mode: Option<ServerText>,
@@ -132,20 +214,34 @@ fn lock_with_timeout(
         timeout_ms,
         scope,
         mode,
-    } = Request::parse(LOCK, timeout_ms, scope, mode);
-    let started = Instant::now();
-    if !acquire(LOCK, &target, timeout_ms, scope, mode) {
-        let asked = format!("advisory lock on {}", target.describe());
-        lock_not_available(
-            mode,
-            &asked,
-            None,
-            target.key,
-            timeout_ms,
-            started.elapsed(),
+    } = Request::parse(function, timeout_ms, scope, mode);
+    let Err(busy) = acquire(function, targets, timeout_ms, scope, mode) else {
+        return;
+    };
+    let target = &targets[busy.index];
+    let (asked, busy_key, also) = match asked {
+        Asked::OneKey => (
+            format!("advisory lock on {}", target.describe()),
+            String::new(),
             "",
-        );
-    }
+        ),
+        Asked::KeySet => (
+            format!("advisory locks on all {} keys", targets.len()),
+            format!(": {} is busy", target.describe()),
+            " No key of this call is held.",
+        ),
+    };
+    Report::new(
+        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+        format!(
+            "could not obtain {} {asked} within {timeout_ms} ms (waited {} ms){busy_key}",
+            mode.word(),
+            busy.waited.as_millis()
+        ),
+    )
+    .detail(format!("{}{also}", describe_holders(target.key, mode)))
+    .hint("Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.")
+    .raise()
 }
 
 fn unlock(target: Target, mode: Option<ServerText>) -> bool {
@@ -201,7 +297,7 @@ key_forms! {
         scope: default!(Option<ServerText>, "'xact'"),
         mode: default!(Option<ServerText>, "'exclusive'"),
     ) -> [bool]
-    for TRY, |target| try_with_timeout(target, timeout_ms, scope, mode)
+    for TRY, |target| try_acquire(TRY, slice::from_ref(&target), timeout_ms, scope, mode)
 }
 
 key_forms! {
@@ -211,7 +307,7 @@ key_forms! {
         scope: default!(Option<ServerText>, "'xact'"),
         mode: default!(Option<ServerText>, "'exclusive'"),
     )
-    for LOCK, |target| lock_with_timeout(target, timeout_ms, scope, mode)
+    for LOCK, |target| lock(LOCK, Asked::OneKey, slice::from_ref(&target), timeout_ms, scope, mode)
 }
 
 key_forms! {

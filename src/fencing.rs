@@ -18,7 +18,7 @@
 //!
 //! Tokens are per database, like advisory locks themselves (each database has its own copy of
 //! the extension and of the sequence).
-use crate::acquisition::acquire;
+use crate::acquisition::acquire_one;
 use crate::errors::Report;
 use crate::lock_request::{key_forms, Request, Target};
 use crate::lockmgr;
@@ -110,7 +110,7 @@ fn try_with_token(
         mode,
     } = Request::parse(TRY_TOKEN, timeout_ms, scope, mode);
     tokens_possible(TRY_TOKEN);
-    if !acquire(TRY_TOKEN, &target, timeout_ms, scope, mode) {
+    if !acquire_one(TRY_TOKEN, &target, timeout_ms, scope, mode) {
         return None;
     }
     // SAFETY: fcinfo is this call's, with its FmgrInfo.

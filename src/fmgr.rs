@@ -278,7 +278,7 @@ pub unsafe extern "C-unwind" fn advlock_wait_lock(
         let target = Target::from_key(key, WAIT_LOCK);
         snapshot_free_wait::commit_first(nonatomic(fcinfo), WAIT_LOCK);
         let acquired =
-            crate::acquisition::acquire(WAIT_LOCK, &target, timeout_ms, Scope::Session, mode);
+            crate::acquisition::acquire_one(WAIT_LOCK, &target, timeout_ms, Scope::Session, mode);
         snapshot_free_wait::finish();
         procedure_result(fcinfo, [Some(pg_sys::Datum::from(acquired))])
     }

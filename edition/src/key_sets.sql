@@ -151,10 +151,10 @@ BEGIN
         WHEN out_of_memory THEN
             IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
             IF SQLERRM = 'out of shared memory' THEN
-                RAISE EXCEPTION 'the lock table has no room for % keys', cardinality(keys)
+                RAISE EXCEPTION 'the lock table has no room for another advisory lock'
                     USING ERRCODE = 'out_of_memory',
-                          DETAIL = format('It was full after %s of them. No key of this call is held: the error releases the ones it took.', taken),
-                          HINT = 'Lock fewer keys per call, or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction * (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.';
+                          DETAIL = format('Keys asked for: %s; taken before it was full: %s. None of them is held: the error releases the ones it took.', cardinality(keys), taken),
+                          HINT = 'Hold fewer locks at once (fewer keys per call, no session lock kept longer than needed), or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction * (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.';
             END IF;
             RAISE;
         WHEN query_canceled THEN

@@ -73,3 +73,23 @@ SELECT count(*) >= 1 AS readable FROM advlock_lock_table;
 RESET ROLE;
 DROP ROLE regress_lock_table_nobody;
 DROP TABLE lock_table_t;
+
+-- A full table: one key meets the error a key set does (53200, one message for both; the SQL
+-- edition's single-key functions leave PostgreSQL's own). Plain session locks fill it first;
+-- they survive the caught error, as session locks survive a rollback.
+DO $$
+BEGIN
+    FOR i IN 1..1000000 LOOP
+        PERFORM pg_advisory_lock(i);
+    END LOOP;
+    RAISE EXCEPTION 'the lock table never filled';
+EXCEPTION WHEN out_of_memory THEN
+    NULL;
+END
+$$;
+SELECT advlock_try_with_timeout(-1, 0, scope => 'session');
+BEGIN;
+SELECT advlock_lock_with_timeout('lock_table', 'full', 100);
+ROLLBACK;
+SELECT pg_advisory_unlock_all();
+SELECT count(*) AS advisory_locks FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid();
