@@ -53,6 +53,13 @@ pub(crate) struct Busy {
     waited: Duration,
 }
 
+/// Why the loop over the keys stopped short.
+enum Stop {
+    Busy(Busy),
+    /// The lock manager found no free entry (53200).
+    NoRoom,
+}
+
 /// The whole acquisition: checks, then each target (sorted and distinct when there are several)
 /// within one deadline — all of them, or none.
 ///
@@ -81,51 +88,66 @@ pub(crate) fn acquire(
     // Read by the error handler: how far the call got.
     let taken = AssertUnwindSafe(Cell::new(0usize));
     let outcome = PgTryBuilder::new(|| {
-        // How each key was taken, for giving it back to the right resource owner.
-        let mut how = Vec::with_capacity(targets.len());
+        // How each key was taken, for giving it back to the right resource owner should a later
+        // key stay busy; so not the last key's (a single key allocates nothing).
+        let mut how = Vec::new();
         for (index, target) in targets.iter().enumerate() {
-            let Some(taken_as) = take_one(target, scope, mode, ms_left(deadline)) else {
-                give_back(&targets[..how.len()], &how, scope, mode);
-                return Err(Busy {
+            // The first key waits the whole timeout_ms, read from no clock.
+            let wait_ms = if index == 0 {
+                timeout_ms
+            } else {
+                ms_left(deadline)
+            };
+            let Some(taken_as) = take_one(target, scope, mode, wait_ms) else {
+                give_back(&targets[..index], &how, scope, mode);
+                return Err(Stop::Busy(Busy {
                     index,
                     waited: started.elapsed(),
-                });
+                }));
             };
             if scope == Scope::Session {
                 provisional::taken(target.key, mode);
             }
-            how.push(taken_as);
-            taken.set(how.len());
+            if index + 1 < targets.len() {
+                how.push(taken_as);
+            }
+            taken.set(index + 1);
         }
         Ok(())
     })
+    // The handler captures nothing, so registering it allocates nothing; the error is raised
+    // after the builder, where the call's numbers are at hand.
     .catch_others(|error| match &error {
         // The lock manager's "out of shared memory" (53200, ERRCODE_OUT_OF_MEMORY): matched by
         // SQLSTATE, since the message is translated under another lc_messages.
         CaughtError::PostgresError(report)
             if report.sql_error_code() == PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY =>
         {
-            Report::new(
-                PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
-                "the lock table has no room for another advisory lock",
-            )
-            .detail(format!(
-                "Keys asked for: {}; taken before it was full: {}. None of them is held: the error releases the ones it took.",
-                targets.len(),
-                taken.get()
-            ))
-            .hint("Hold fewer locks at once (fewer keys per call, no session lock kept longer than needed), or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction * (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.")
-            .raise()
+            Err(Stop::NoRoom)
         }
         _ => error.rethrow(),
     })
     .execute();
-    if outcome.is_ok() {
-        for target in targets {
-            labels::acquired(target, scope, mode);
+    match outcome {
+        Ok(()) => {
+            for target in targets {
+                labels::acquired(target, scope, mode);
+            }
+            Ok(())
         }
+        Err(Stop::Busy(busy)) => Err(busy),
+        Err(Stop::NoRoom) => Report::new(
+            PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+            "the lock table has no room for another advisory lock",
+        )
+        .detail(format!(
+            "Keys asked for: {}; taken before it was full: {}. None of them is held: the error releases the ones it took.",
+            targets.len(),
+            taken.get()
+        ))
+        .hint("Hold fewer locks at once (fewer keys per call, no session lock kept longer than needed), or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction * (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.")
+        .raise(),
     }
-    outcome
 }
 
 /// `acquire` for a single key: whether it was granted.
@@ -139,8 +161,8 @@ pub(crate) fn acquire_one(
     acquire(function, slice::from_ref(target), timeout_ms, scope, mode).is_ok()
 }
 
-/// What is left of the deadline, in whole milliseconds rounded up: the first key waits the full
-/// `timeout_ms` (so 1 ms still waits), a later one what the earlier ones left, 0 once it passed.
+/// What is left of the deadline for a later key of a set, in whole milliseconds rounded up (so
+/// a fraction of a millisecond left still waits), 0 once it passed.
 fn ms_left(deadline: Instant) -> i32 {
     let left_us = deadline
         .saturating_duration_since(Instant::now())
