@@ -3,6 +3,10 @@
 key = SipHash-2-4 (128-bit key all zero) over UTF-8(ns) || 0x00 || UTF-8(id), the 64-bit
 result read as a signed two's-complement integer. Integer ids are hashed as their decimal text.
 Copy this file into any Python client to compute keys without the database.
+
+The Python client (clients/python, advlock.key) hashes with this file's siphash24 (its package
+holds a link to this file, and a copy of it in the sdist and the wheel): keep that function's
+name and signature.
 """
 
 MASK = (1 << 64) - 1

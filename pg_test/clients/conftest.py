@@ -1,5 +1,5 @@
-"""Fixtures for the client suite: an admin connection, a PgBouncer in transaction mode, and a
-check after every test that it left no advisory lock behind."""
+"""Fixtures for the client suite: an admin connection and a check after every test that it left
+no advisory lock behind (both pg_test/pgtestsupport.py's), and a PgBouncer in transaction mode."""
 import os
 import pwd
 import shutil
@@ -11,7 +11,6 @@ import psycopg
 import pytest
 
 import pgsupport  # first: puts docs/keys (the published advlock_key.py) on sys.path
-from pgsupport import psy
 
 MEASUREMENTS = []
 
@@ -35,40 +34,11 @@ BOUNCER_PORT = int(os.environ.get("ADVLOCK_PGBOUNCER_PORT", "6422"))
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
 
-@pytest.fixture
-def admin():
-    """An observer/administrator connection (autocommit) with a 200 ms idle threshold."""
-    conn = psy("advlock-test/admin")
-    conn.execute("SET advlock.idle_threshold = '200ms'")
-    yield conn
-    conn.close()
-
-
-def _advisory_locks(conn):
-    return conn.execute(
-        "SELECT l.pid, a.application_name, l.objid, l.granted FROM pg_locks l"
-        " LEFT JOIN pg_stat_activity a USING (pid)"
-        " WHERE l.locktype = 'advisory' AND l.pid <> pg_backend_pid()"
-        "   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-    ).fetchall()
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_locks():
-    """Every test must release what it took (closing a connection ends its backend a moment
-    later, hence the bounded wait). Leftovers fail the test and are terminated so they do not
-    disturb the next one."""
-    yield
-    with psy("advlock-test/leak-check") as conn:
-        deadline = time.monotonic() + 5
-        left = _advisory_locks(conn)
-        while left and time.monotonic() < deadline:
-            time.sleep(0.02)
-            left = _advisory_locks(conn)
-        if left:
-            for pid in {row[0] for row in left}:
-                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            pytest.fail(f"test left advisory locks behind: {left}")
+# An observer/administrator connection (autocommit) with a 200 ms idle threshold.
+admin = pgsupport.PG.admin_fixture("advlock-test/admin", setup=("SET advlock.idle_threshold = '200ms'",))
+# Every test must release what it took; leftovers fail it and are terminated so they do not
+# disturb the next one.
+no_leftover_locks = pgsupport.PG.no_advisory_locks_left_fixture("advlock-test/leak-check", timeout=5, terminate=True)
 
 
 class Bouncer:

@@ -1,9 +1,9 @@
-"""Shared helpers for the client suite: connection settings, bounded polling, keys.
+"""The client suite's helpers: its instance (pg_test/pgtestsupport.py's Server), psycopg and
+asyncpg connections with a statement_timeout guard, keys private to a test.
 
 The instance is described by ADVLOCK_PGHOST / ADVLOCK_PGPORT / ADVLOCK_PGDATABASE (set by
 pg_test/run.sh). Every connection carries an application_name so holders are identifiable.
 """
-import os
 import sys
 from pathlib import Path
 
@@ -14,28 +14,22 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" / "keys"))
 from advlock_key import advlock_key  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from polling import wait_until  # noqa: E402,F401  (the suites' one wait_until, re-exported)
-
-HOST = os.environ.get("ADVLOCK_PGHOST", "127.0.0.1")
-PORT = int(os.environ.get("ADVLOCK_PGPORT", os.environ.get("ADVLOCK_TEST_PORT", "5422")))
-DATABASE = os.environ.get("ADVLOCK_PGDATABASE", "advlock_clients")
-USER = "postgres"
+# The suites' shared helpers, re-exported for the tests of this suite and of pg_test/leases.
+from pgtestsupport import Server, wait_for_waiter, wait_until, waiting_pids  # noqa: E402,F401
 
 # Every direct connection gets this statement_timeout so a bug cannot hang the suite.
 STATEMENT_TIMEOUT_MS = 20000
+PG = Server.from_env(5422, "advlock_clients", STATEMENT_TIMEOUT_MS)
+HOST, PORT, DATABASE, USER = PG.host, PG.port, PG.dbname, PG.user
 
 
 def conninfo(app: str, port: int = PORT, host: str = HOST, dbname: str = DATABASE, **extra) -> str:
-    parts = {"host": host, "port": port, "dbname": dbname, "user": USER,
-             "application_name": app, "connect_timeout": 10, **extra}
-    return psycopg.conninfo.make_conninfo(**parts)
+    return PG.conninfo(app, port=port, host=host, dbname=dbname, **extra)
 
 
 def psy(app: str, autocommit: bool = True, **kw) -> psycopg.Connection:
     """A direct psycopg 3 connection with a statement_timeout guard."""
-    return psycopg.connect(
-        conninfo(app, options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}"),
-        autocommit=autocommit, **kw)
+    return PG.connect(app, autocommit=autocommit, **kw)
 
 
 async def apg(app: str, **kw) -> asyncpg.Connection:
@@ -50,22 +44,6 @@ def apg_pool_kwargs(app: str) -> dict:
     return dict(host=HOST, port=PORT, user=USER, database=DATABASE, timeout=10,
                 server_settings={"application_name": app,
                                  "statement_timeout": str(STATEMENT_TIMEOUT_MS)})
-
-
-
-
-def waiting_pids(admin: psycopg.Connection) -> set:
-    """Backends waiting (granted = false) for an advisory lock in this database."""
-    rows = admin.execute(
-        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-    ).fetchall()
-    return {r[0] for r in rows}
-
-
-def wait_for_waiter(admin: psycopg.Connection, pid: int, timeout: float = 5.0):
-    """Returns once backend `pid` waits in the lock queue for an advisory lock."""
-    wait_until(lambda: pid in waiting_pids(admin), timeout, what=f"PID {pid} to wait for an advisory lock")
 
 
 def holders_of(admin: psycopg.Connection, key: int) -> list:

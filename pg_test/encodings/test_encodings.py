@@ -15,21 +15,18 @@ Encodings: UTF8; EUC_JP (multi-byte, where 0xc3 0x97 is invalid); LATIN1 and WIN
 byte: the bytes are valid there but mean other characters, and WIN1251 has no multiplication sign
 to convert one to); SQL_ASCII (bytes passed through).
 """
-import glob
 import os
-import re
-import shutil
 import subprocess
+import sys
 
 import psycopg
 import pytest
 from psycopg import sql
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-PGBIN = os.environ.get("PGBIN", "/usr/lib/postgresql/17/bin")
-PG_CONFIG = os.path.join(PGBIN, "pg_config")
-HOST, PORT = os.environ["ADVLOCK_PGHOST"], os.environ["ADVLOCK_PGPORT"]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pgtestsupport import PGBIN, REPO, Server, archived_scripts_installed, archived_versions, current_version  # noqa: E402
+
+PG = Server.from_env(5418, "postgres")
 ENCODINGS = ["UTF8", "EUC_JP", "LATIN1", "WIN1251", "SQL_ASCII"]
 # The archived 0.4.0 install script has a UTF-8 multiplication sign in a COMMENT: in an EUC_JP
 # database CREATE EXTENSION advlock VERSION '0.4.0' fails, as it did for users of 0.4.0, so no
@@ -37,18 +34,9 @@ ENCODINGS = ["UTF8", "EUC_JP", "LATIN1", "WIN1251", "SQL_ASCII"]
 UNREACHABLE = {("EUC_JP", "0.4.0"): 'invalid byte sequence for encoding "EUC_JP": 0xc3 0x97'}
 
 
-def archived_versions():
-    return sorted(re.search(r"advlock--(.+)\.sql$", p).group(1)
-                  for p in glob.glob(os.path.join(REPO, "sql", "archive", "advlock--*.sql")))
-
-
-def current_version():
-    return re.search(r'^version = "(.+)"', open(os.path.join(REPO, "Cargo.toml")).read(), re.M).group(1)
-
-
 def connect(dbname, client_encoding="UTF8"):
-    return psycopg.connect(host=HOST, port=PORT, user="postgres", dbname=dbname, autocommit=True,
-                           client_encoding=client_encoding)
+    return PG.connect("advlock-test/encodings", dbname=dbname, client_encoding=client_encoding,
+                      statement_timeout_ms=None)
 
 
 def euc_jp_or_own(encoding):
@@ -64,18 +52,15 @@ def dbname(encoding, purpose):
 
 def fresh_database(encoding, purpose):
     name = dbname(encoding, purpose)
+    PG.recreate_database(name, sql.SQL("TEMPLATE template0 ENCODING {} LC_COLLATE 'C' LC_CTYPE 'C'").format(
+        sql.Literal(encoding)))
     with connect("postgres") as c:
-        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        c.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0 ENCODING {} LC_COLLATE 'C' LC_CTYPE 'C'").format(
-            sql.Identifier(name), sql.Literal(encoding)))
         assert c.execute("SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = %s",
                          (name,)).fetchone()[0] == encoding
     return name
 
 
-def drop_database(name):
-    with connect("postgres") as c:
-        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+drop_database = PG.drop_database
 
 
 # Descriptions of the extension's objects, and the functions themselves: read with
@@ -106,16 +91,8 @@ def reference():
 @pytest.fixture(scope="module")
 def installed_archives():
     """Each archived install script next to the current one (as pg_test/upgrade does)."""
-    sharedir = subprocess.check_output([PG_CONFIG, "--sharedir"], text=True).strip()
-    placed = []
-    for version in archived_versions():
-        target = os.path.join(sharedir, "extension", f"advlock--{version}.sql")
-        if not os.path.exists(target):
-            shutil.copy(os.path.join(REPO, "sql", "archive", f"advlock--{version}.sql"), target)
-            placed.append(target)
-    yield
-    for path in placed:
-        os.remove(path)
+    with archived_scripts_installed():
+        yield
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
@@ -244,7 +221,7 @@ def psql_file(name, path):
     """psql -f as a DBA runs it: no PGCLIENTENCODING, so the client encoding is the database's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     env["PGOPTIONS"] = "-c search_path=public"
-    return subprocess.run([os.path.join(PGBIN, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", HOST, "-p", PORT,
+    return subprocess.run([os.path.join(PGBIN, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", PG.host, "-p", str(PG.port),
                            "-U", "postgres", "-d", name, "-f", path], env=env, capture_output=True, text=True,
                           errors="replace")
 

@@ -11,7 +11,7 @@ import pytest
 CLIENTS = Path(__file__).resolve().parent.parent / "clients"
 sys.path.insert(0, str(CLIENTS))
 
-from pgsupport import psy  # noqa: E402
+from pgsupport import PG, psy  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("clients_conftest", CLIENTS / "conftest.py")
 _clients = importlib.util.module_from_spec(_spec)
@@ -31,11 +31,7 @@ needs_preload = pytest.mark.skipif(not PRELOADED, reason="leases need advlock pr
                                    "scripts/test.sh runs this suite preloaded too")
 
 
-@pytest.fixture
-def admin():
-    conn = psy("advlock-test/leases-admin")
-    yield conn
-    conn.close()
+admin = PG.admin_fixture("advlock-test/leases-admin")
 
 
 @pytest.fixture(autouse=True)

@@ -6,14 +6,9 @@ accordingly ("reports" preloaded, "" otherwise).
 """
 import pytest
 
-from monsupport import BLIND_ROLE, EXPORTER_ROLE, IDLE_THRESHOLD_S, Exporter, connect
+from monsupport import BLIND_ROLE, EXPORTER_ROLE, IDLE_THRESHOLD_S, PG, Exporter
 
-
-@pytest.fixture(scope="session")
-def admin():
-    conn = connect("monitoring-admin")
-    yield conn
-    conn.close()
+admin = PG.admin_fixture("monitoring-admin", scope="session")
 
 
 @pytest.fixture(scope="session")

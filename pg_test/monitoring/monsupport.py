@@ -20,7 +20,8 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from polling import wait_until  # noqa: E402,F401  (the suites' one wait_until, re-exported)
+# The suites' shared helpers (wait_until re-exported for the tests).
+from pgtestsupport import Server, wait_until  # noqa: E402,F401
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -28,9 +29,9 @@ MONITORING = REPO / "monitoring"
 QUERIES = MONITORING / "postgres_exporter" / "queries.yaml"
 RULES_DIR = MONITORING / "prometheus"
 
-HOST = os.environ.get("ADVLOCK_PGHOST", "127.0.0.1")
-PORT = int(os.environ.get("ADVLOCK_PGPORT", "5418"))
-DATABASE = os.environ.get("ADVLOCK_PGDATABASE", "advlock_monitoring")
+STATEMENT_TIMEOUT_MS = 20000
+PG = Server.from_env(5418, "advlock_monitoring", STATEMENT_TIMEOUT_MS)
+HOST, PORT, DATABASE = PG.host, PG.port, PG.dbname
 WORKDIR = Path(os.environ.get("ADVLOCK_WORKDIR") or tempfile.mkdtemp(prefix="advlock-monitoring."))
 
 EXPORTER_BIN = os.environ.get("ADVLOCK_POSTGRES_EXPORTER", "/usr/bin/prometheus-postgres-exporter")
@@ -63,17 +64,14 @@ EXPECTED_METRICS = {
 }
 COUNTERS = [m for m, t in EXPECTED_METRICS.items() if t == "counter"]
 
-STATEMENT_TIMEOUT_MS = 20000
 
 
 def conninfo(app: str, user: str = "postgres", **extra) -> str:
-    return psycopg.conninfo.make_conninfo(
-        host=HOST, port=PORT, dbname=DATABASE, user=user, application_name=app,
-        connect_timeout=10, options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}", **extra)
+    return PG.conninfo(app, user=user, options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}", **extra)
 
 
 def connect(app: str, user: str = "postgres") -> psycopg.Connection:
-    return psycopg.connect(conninfo(app, user), autocommit=True)
+    return PG.connect(app, user=user)
 
 
 

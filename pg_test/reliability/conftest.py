@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from relsupport import FIGURES, FULL, HERE, advisory_rows, advlock_key, connect
+from relsupport import FIGURES, FULL, HERE, PG, advlock_key
 
 HUGE_ID_BYTES = 100 * 1024 * 1024
 _huge_reference = {}
@@ -66,11 +66,7 @@ def huge_id_reference():
     return HUGE_ID_BYTES, int(out)
 
 
-@pytest.fixture
-def admin():
-    conn = connect("rel-admin")
-    yield conn
-    conn.close()
+admin = PG.admin_fixture("rel-admin")
 
 
 @pytest.fixture
@@ -79,20 +75,7 @@ def key(request):
     return advlock_key("reliability", request.node.nodeid)
 
 
-@pytest.fixture(autouse=True)
-def no_advisory_locks_left(request):
-    """After every test: no advisory lock (held or awaited) remains in the test database.
-    Backends of connections closed abruptly take a moment to exit: poll with a deadline."""
-    yield
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            with connect("rel-leakcheck") as conn:
-                rows = advisory_rows(conn)
-        except Exception:  # e.g. the crash test's restart still under way
-            rows = ["(could not connect)"]
-        if not rows:
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"advisory locks left behind by {request.node.nodeid}: {rows}")
-        time.sleep(0.05)
+# After every test: no advisory lock (held or awaited) remains in the test database. Backends of
+# connections closed abruptly take a moment to exit, and the crash test's restart refuses
+# connections for a while: 15 s.
+no_advisory_locks_left = PG.no_advisory_locks_left_fixture("rel-leakcheck", timeout=15, interval=0.05)

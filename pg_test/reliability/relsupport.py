@@ -16,18 +16,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "docs" / "keys"))
 from advlock_key import advlock_key  # noqa: E402  (the published pure-Python reference)
 sys.path.insert(0, str(HERE.parent))
-from polling import wait_until  # noqa: E402,F401  (the suites' one wait_until, re-exported)
-
-HOST = os.environ.get("ADVLOCK_PGHOST", "127.0.0.1")
-PORT = int(os.environ.get("ADVLOCK_PGPORT", os.environ.get("ADVLOCK_TEST_PORT", "5427")))
-DATABASE = os.environ.get("ADVLOCK_PGDATABASE", "advlock_reliability")
-WORKDIR = os.environ.get("ADVLOCK_WORKDIR", "")
-PGDATA = os.environ.get("ADVLOCK_PGDATA", "")
-PGBIN = os.environ.get("PGBIN", "/usr/lib/postgresql/17/bin")
-STANDBY_PORT = int(os.environ.get("ADVLOCK_STANDBY_PORT", "5428"))
-FULL = os.environ.get("ADVLOCK_FULL", "") == "1"
+# The suites' shared helpers, re-exported for the tests.
+from pgtestsupport import PGBIN, Server, advisory_locks, wait_for_waiter, wait_until  # noqa: E402
 
 STATEMENT_TIMEOUT_MS = 60000
+PG = Server.from_env(5427, "advlock_reliability", STATEMENT_TIMEOUT_MS)
+HOST, PORT, DATABASE = PG.host, PG.port, PG.dbname
+WORKDIR = os.environ.get("ADVLOCK_WORKDIR", "")
+PGDATA = os.environ.get("ADVLOCK_PGDATA", "")
+STANDBY_PORT = int(os.environ.get("ADVLOCK_STANDBY_PORT", "5428"))
+FULL = os.environ.get("ADVLOCK_FULL", "") == "1"
 
 FIGURES = []  # lines shown at the end of the run (conftest.pytest_terminal_summary)
 
@@ -39,7 +37,7 @@ def figure(line):
 
 
 __all__ = ["figure", "FIGURES", "advlock_key", "HOST", "PORT", "DATABASE", "WORKDIR", "PGDATA", "PGBIN", "STANDBY_PORT",
-           "FULL", "connect", "wait_until", "advisory_rows", "wait_for_waiter", "abrupt_close",
+           "FULL", "connect", "wait_until", "advisory_locks", "wait_for_waiter", "abrupt_close",
            "as_postgres", "Notices", "backend_alive"]
 
 
@@ -67,38 +65,13 @@ class Notices(list):
         return [d.message_primary for d in self if severity is None or d.severity == severity]
 
 
-def connect(app="advlock-reliability", dbname=None, user="postgres", port=None, host=None,
-            autocommit=True, statement_timeout=STATEMENT_TIMEOUT_MS, **kw) -> psycopg.Connection:
-    """A psycopg 3 connection; `conn.notices` collects its notices and warnings."""
-    options = f"-c statement_timeout={statement_timeout}" if statement_timeout else None
-    params = dict(host=host or HOST, port=port or PORT, dbname=dbname or DATABASE, user=user,
-                  application_name=app, connect_timeout=10)
-    if options:
-        params["options"] = options
-    params.update(kw)
-    conn = psycopg.connect(autocommit=autocommit, **params)
+def connect(app="advlock-reliability", statement_timeout=STATEMENT_TIMEOUT_MS, **kw) -> psycopg.Connection:
+    """A psycopg 3 connection (dbname, user, port, host, autocommit...: None or absent for the
+    suite's); `conn.notices` collects its notices and warnings."""
+    conn = PG.connect(app, statement_timeout_ms=statement_timeout, **kw)
     conn.notices = Notices()
     conn.add_notice_handler(conn.notices)
     return conn
-
-
-
-
-def advisory_rows(admin, pid=None, key=None):
-    """pg_locks advisory rows (pid, key, mode, granted) in this database, optionally filtered."""
-    rows = admin.execute(
-        """SELECT pid, (classid::int8 << 32) | objid::int8 AS key, mode, granted
-             FROM pg_locks
-            WHERE locktype = 'advisory'
-              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-            ORDER BY pid, key, mode""").fetchall()
-    return [r for r in rows if (pid is None or r[0] == pid) and (key is None or r[1] == key)]
-
-
-def wait_for_waiter(admin, pid, key, timeout=10.0):
-    """Returns once backend `pid` waits (granted = false) for advisory lock `key`."""
-    wait_until(lambda: any(not r[3] for r in advisory_rows(admin, pid, key)), timeout,
-               what=f"PID {pid} to wait for advisory lock {key}")
 
 
 def backend_alive(admin, pid) -> bool:

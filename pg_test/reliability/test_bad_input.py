@@ -7,7 +7,7 @@ import time
 import psycopg
 import pytest
 
-from relsupport import advisory_rows, figure, advlock_key, connect, wait_for_waiter
+from relsupport import advisory_locks, figure, advlock_key, connect, wait_for_waiter
 
 EXTENSION_FUNCTIONS = """
     SELECT p.proname, p.oid::regprocedure::text, pg_get_function_arguments(p.oid),
@@ -207,7 +207,7 @@ def test_zero_timeout_contended_returns_false_at_once(admin, key):
         t0 = time.monotonic()
         assert other.execute("SELECT advlock_try_with_timeout(%s, 0, 'session')", (key,)).fetchone()[0] is False
         assert time.monotonic() - t0 < 1
-        assert not advisory_rows(admin, other.info.backend_pid)
+        assert not advisory_locks(admin, other.info.backend_pid)
     assert admin.execute("SELECT advlock_unlock(%s)", (key,)).fetchone()[0]
 
 
@@ -263,7 +263,7 @@ def test_empty_namespace_rejected(admin, call):
     assert d.sqlstate == "22023"
     assert '"ns"' in d.message_primary and "empty" in d.message_primary
     assert d.message_hint
-    assert not advisory_rows(admin)
+    assert not advisory_locks(admin)
 
 
 def test_empty_id_is_the_singleton_key(admin):
@@ -281,9 +281,9 @@ def test_100mb_id(admin, huge_id_reference):
     # The same key locks and unlocks through the (ns, id) forms.
     assert admin.execute("SELECT advlock_try_with_timeout('huge', repeat('x', %s), 0, 'session')",
                          (size,)).fetchone()[0] is True
-    assert [(r[1], r[3]) for r in advisory_rows(admin, admin.info.backend_pid)] == [(reference, True)]
+    assert [(r.key, r.granted) for r in advisory_locks(admin, admin.info.backend_pid)] == [(reference, True)]
     assert admin.execute("SELECT advlock_unlock(%s)", (reference,)).fetchone()[0] is True
-    assert not advisory_rows(admin)
+    assert not advisory_locks(admin)
 
 
 def test_lock_timeout_message_is_bounded(admin, key):

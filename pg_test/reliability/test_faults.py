@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from relsupport import FULL, abrupt_close, figure, advisory_rows, backend_alive, connect, wait_for_waiter, wait_until
+from relsupport import FULL, abrupt_close, figure, advisory_locks, backend_alive, connect, wait_for_waiter, wait_until
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def test_terminated_holder_releases_and_waiter_proceeds(admin, key, pool, holder
         holder.execute("BEGIN")
     assert holder.execute("SELECT advlock_try_with_timeout(%s, 0, %s)", (key, holder_scope)).fetchone()[0]
     assert holder.execute("SELECT advlock_try_with_timeout(%s, 0, %s)", (other_key, holder_scope)).fetchone()[0]
-    assert {r[1] for r in advisory_rows(admin, holder_pid)} == {key, other_key}
+    assert {r.key for r in advisory_locks(admin, holder_pid)} == {key, other_key}
 
     waiter = connect("rel-waiter")
     waiter_pid = waiter.info.backend_pid
@@ -42,7 +42,7 @@ def test_terminated_holder_releases_and_waiter_proceeds(admin, key, pool, holder
     assert fut.result(timeout=30) is True
     assert time.monotonic() - started < 30
     # The holder's locks are gone from pg_locks and advlock_holders; the waiter now holds `key`.
-    wait_until(lambda: not advisory_rows(admin, holder_pid), what="the holder's locks to vanish")
+    wait_until(lambda: not advisory_locks(admin, holder_pid), what="the holder's locks to vanish")
     assert admin.execute("SELECT count(*) FROM advlock_holders WHERE pid = %s", (holder_pid,)).fetchone()[0] == 0
     rows = admin.execute("SELECT pid, key, mode, granted FROM advlock_holders ORDER BY pid").fetchall()
     assert rows == [(waiter_pid, key, "exclusive", True)]
@@ -81,7 +81,7 @@ def test_client_disconnect_during_wait(admin, key, pool, case):
     if case == "holder_releases":
         assert holder.execute("SELECT advlock_unlock(%s)", (key,)).fetchone()[0] is True
     deadline = {"check_interval": 5, "holder_releases": 5, "timeout_expires": 20}[case]
-    wait_until(lambda: not advisory_rows(admin, waiter_pid), timeout=deadline,
+    wait_until(lambda: not advisory_locks(admin, waiter_pid), timeout=deadline,
                what=f"PID {waiter_pid}'s advisory rows to vanish")
     wait_until(lambda: not backend_alive(admin, waiter_pid), timeout=deadline,
                what=f"PID {waiter_pid} to exit")
@@ -97,7 +97,7 @@ def test_client_disconnect_during_wait(admin, key, pool, case):
         assert admin.execute("SELECT advlock_try_with_timeout(%s, 0, 'session')", (key,)).fetchone()[0]
         assert admin.execute("SELECT advlock_unlock(%s)", (key,)).fetchone()[0]
     else:
-        assert [(r[0], r[3]) for r in advisory_rows(admin, key=key)] == [(holder.info.backend_pid, True)]
+        assert [(r.pid, r.granted) for r in advisory_locks(admin, key=key)] == [(holder.info.backend_pid, True)]
         assert holder.execute("SELECT advlock_unlock(%s)", (key,)).fetchone()[0] is True
     holder.close()
 

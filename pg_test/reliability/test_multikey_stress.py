@@ -31,7 +31,7 @@ from collections import Counter
 import psycopg
 import pytest
 
-from relsupport import FULL, advisory_rows, advlock_key, connect, figure, wait_for_waiter
+from relsupport import FULL, advisory_locks, advlock_key, connect, figure, wait_for_waiter
 
 NS = "stress"
 IDS = list(range(12))
@@ -300,7 +300,7 @@ def test_multikey_stress(admin):
     overruns = sorted(x for lst in overrun_lists for x in lst)
     calls = sum(total[o] for o in ("true", "false", "55P03", "error"))
     p99 = overruns[int(len(overruns) * 0.99)] if overruns else 0.0
-    left = advisory_rows(admin)
+    left = advisory_locks(admin)
 
     figure(f"multi-key stress: seed {seed}, {CLIENTS} clients, {calls} calls in {elapsed:.1f} s "
            f"({calls / elapsed:.0f} calls/s)")

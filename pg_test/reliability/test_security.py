@@ -6,7 +6,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from relsupport import DATABASE, advisory_rows, advlock_key, connect, wait_for_waiter, wait_until
+from relsupport import DATABASE, advisory_locks, advlock_key, connect, wait_for_waiter, wait_until
 
 EVIL = "rel_evil"              # unprivileged role owning the hostile schema
 DBOWNER = "rel_dbowner"        # non-superuser database owner (trusted install)
@@ -405,7 +405,7 @@ def test_terminate_needs_the_right_privileges(hostile, admin, key):
             assert "pg_signal_backend" in hints[f"not allowed to terminate PID {ap} (application_name 'rel-alice')"]
             assert hints[f"not allowed to terminate PID {sp} (application_name 'rel-superuser-holder')"] == \
                 "That backend runs as a superuser: only a superuser can terminate it."
-        assert [r[0] for r in advisory_rows(admin, ap)] == [ap]
+        assert [r.pid for r in advisory_locks(admin, ap)] == [ap]
         assert alice.execute("SELECT 1").fetchone()[0] == 1
 
         # pg_signal_backend: terminates the non-superuser, not the superuser.
@@ -417,10 +417,10 @@ def test_terminate_needs_the_right_privileges(hostile, admin, key):
                 [f"not allowed to terminate PID {sp} (application_name 'rel-superuser-holder')"]
             assert [n.message_hint for n in killer.notices if n.severity == "WARNING"] == \
                 ["That backend runs as a superuser: only a superuser can terminate it."]
-        wait_until(lambda: not advisory_rows(admin, ap), what="the terminated holder's lock to vanish")
+        wait_until(lambda: not advisory_locks(admin, ap), what="the terminated holder's lock to vanish")
         with pytest.raises(psycopg.OperationalError):
             alice.execute("SELECT 1")
-        assert [r[0] for r in advisory_rows(admin, sp)] == [sp]
+        assert [r.pid for r in advisory_locks(admin, sp)] == [sp]
         assert su_holder.execute("SELECT advlock_unlock(%s)", (key + 1,)).fetchone()[0] is True
     finally:
         alice.close()
@@ -436,6 +436,6 @@ def test_member_of_the_role_may_terminate(hostile, admin, key):
         with connect("rel-member", user="rel_member") as member:  # member of rel_alice
             assert member.execute("SELECT pid, terminated FROM advlock_terminate_idle_holders('0', false)"
                                   ).fetchall() == [(ap, True)]
-        wait_until(lambda: not advisory_rows(admin, ap), what="the terminated holder's lock to vanish")
+        wait_until(lambda: not advisory_locks(admin, ap), what="the terminated holder's lock to vanish")
     finally:
         alice.close()

@@ -11,7 +11,7 @@ import time
 import psycopg
 import pytest
 
-from relsupport import WORKDIR, figure, advisory_rows, connect, wait_for_waiter, wait_until
+from relsupport import WORKDIR, figure, advisory_locks, connect, wait_for_waiter, wait_until
 
 
 def _connect_when_back():
@@ -47,7 +47,7 @@ def test_sigkill_backend_crash_restart(key):
     t = threading.Thread(target=wait)
     t.start()
     wait_for_waiter(admin, waiter.info.backend_pid, key)
-    assert len(advisory_rows(admin)) == 4
+    assert len(advisory_locks(admin)) == 4
     log_size = os.path.getsize(os.path.join(WORKDIR, "postgres.log")) if WORKDIR else 0
 
     os.kill(holder_pid, signal.SIGKILL)
@@ -80,6 +80,6 @@ def test_sigkill_backend_crash_restart(key):
         with connect("rel-after-crash-2") as other:
             assert other.execute("SELECT advlock_try_with_timeout(%s, 50, 'session')", (key,)).fetchone()[0] is False
         assert after.execute("SELECT advlock_unlock(%s)", (key,)).fetchone()[0] is True
-        assert not advisory_rows(after)
+        assert not advisory_locks(after)
     finally:
         after.close()

@@ -7,12 +7,12 @@
 """
 import os
 import re
+import sys
 
-import psycopg
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pgtestsupport import REPO, Server  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-CONNINFO = dict(host=os.environ["ADVLOCK_PGHOST"], port=os.environ["ADVLOCK_PGPORT"], user="postgres")
+PG = Server.from_env(5418, "postgres")
 
 MEMBERS = """
 SELECT coalesce(p.proname, c.relname)
@@ -35,11 +35,9 @@ SELECT coalesce(p.oid::regprocedure::text, c.oid::regclass::text), obj_descripti
 
 
 def test_comments_name_only_objects_that_exist():
-    with psycopg.connect(dbname="postgres", autocommit=True, **CONNINFO) as admin:
-        admin.execute("DROP DATABASE IF EXISTS advlock_comments")
-        admin.execute("CREATE DATABASE advlock_comments")
+    PG.recreate_database("advlock_comments")
     try:
-        with psycopg.connect(dbname="advlock_comments", autocommit=True, **CONNINFO) as conn:
+        with PG.connect("advlock-test/comments", dbname="advlock_comments") as conn:
             conn.execute("CREATE EXTENSION advlock")
             names = {r[0] for r in conn.execute(MEMBERS)}
             comments = conn.execute(COMMENTS).fetchall()
@@ -49,8 +47,7 @@ def test_comments_name_only_objects_that_exist():
         assert not missing, f"COMMENTs naming objects that do not exist: {missing}"
         assert all(text for _, text in comments), [obj for obj, text in comments if not text]
     finally:
-        with psycopg.connect(dbname="postgres", autocommit=True, **CONNINFO) as admin:
-            admin.execute("DROP DATABASE advlock_comments")
+        PG.drop_database("advlock_comments")
 
 
 def layout_block():

@@ -7,23 +7,23 @@ and tokens drawn in the restored database are larger than every token drawn befo
 """
 import os
 import subprocess
+import sys
 
 import psycopg
 import pytest
 
-CONNINFO = dict(host=os.environ["ADVLOCK_PGHOST"], port=os.environ["ADVLOCK_PGPORT"], user="postgres")
-PGBIN = os.environ.get("PGBIN", "/usr/lib/postgresql/17/bin")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pgtestsupport import PGBIN, Server  # noqa: E402
+
+PG = Server.from_env(5418, "postgres")
 SOURCE, TARGET, ROLE = "advlock_fence_dump_src", "advlock_fence_dump_dst", "fence_dump_writer"
 
 
-def connect(dbname, **kw):
-    return psycopg.connect(dbname=dbname, autocommit=True, **CONNINFO, **kw)
+def connect(dbname):
+    return PG.connect("advlock-test/fence-dump", dbname=dbname)
 
 
-def recreate(name):
-    with connect("postgres") as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        c.execute(f'CREATE DATABASE "{name}"')
+recreate = PG.recreate_database
 
 
 FENCES = "SELECT key, token, ns, id, passed_at, passed_by FROM advlock_fences ORDER BY key"
@@ -37,9 +37,9 @@ def databases():
         c.execute(f"DROP ROLE IF EXISTS {ROLE}")
         c.execute(f"CREATE ROLE {ROLE}")
     yield
+    for name in (SOURCE, TARGET):
+        PG.drop_database(name)
     with connect("postgres") as c:
-        for name in (SOURCE, TARGET):
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         c.execute(f"DROP ROLE IF EXISTS {ROLE}")
 
 
@@ -60,7 +60,7 @@ def test_fences_survive_dump_and_restore(databases, tmp_path, fmt):
 
     dump = tmp_path / "dump"
     os.chmod(tmp_path, 0o777)
-    args = ["-h", CONNINFO["host"], "-p", str(CONNINFO["port"]), "-U", "postgres"]
+    args = ["-h", PG.host, "-p", str(PG.port), "-U", PG.user]
     if fmt == "custom":
         subprocess.run([f"{PGBIN}/pg_dump", *args, "-Fc", "-f", str(dump), SOURCE], check=True)
         subprocess.run([f"{PGBIN}/pg_restore", *args, "--exit-on-error", "-d", TARGET, str(dump)], check=True)

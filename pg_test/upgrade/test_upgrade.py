@@ -7,43 +7,33 @@ installed by `cargo pgrx install`), and requires the result to be indistinguisha
 fresh CREATE EXTENSION of the current version: same functions (signatures, bodies, volatility,
 parallel safety, strictness, settings), same views, same privileges and comments.
 """
-import glob
 import os
-import re
-import shutil
 import subprocess
+import sys
 
 import psycopg
 import pytest
 from psycopg import sql
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-PG_CONFIG = os.path.join(os.environ.get("PGBIN", "/usr/lib/postgresql/17/bin"), "pg_config")
-CONNINFO = dict(host=os.environ["ADVLOCK_PGHOST"], port=os.environ["ADVLOCK_PGPORT"], user="postgres")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pgtestsupport import PGBIN, REPO, Server, archived_scripts_installed, archived_versions  # noqa: E402
+from pgtestsupport import current_version as cargo_version  # noqa: E402
 
-
-def archived_versions():
-    return sorted(re.search(r"advlock--(.+)\.sql$", p).group(1)
-                  for p in glob.glob(os.path.join(REPO, "sql", "archive", "advlock--*.sql")))
+PG_CONFIG = os.path.join(PGBIN, "pg_config")
+# The instance pg_test/run.sh started; every test names its database.
+PG = Server.from_env(5418, "postgres")
 
 
 def current_version():
-    control = open(os.path.join(REPO, "advlock.control")).read()
-    cargo = open(os.path.join(REPO, "Cargo.toml")).read()
-    version = re.search(r'^version = "(.+)"', cargo, re.M).group(1)
-    assert "@CARGO_VERSION@" in control
-    return version
+    assert "@CARGO_VERSION@" in open(os.path.join(REPO, "advlock.control")).read()
+    return cargo_version()
 
 
 def connect(dbname, **kw):
-    return psycopg.connect(dbname=dbname, autocommit=True, **CONNINFO, **kw)
+    return PG.connect("advlock-test/upgrade", dbname=dbname, **kw)
 
 
-def fresh_database(name):
-    with connect("postgres") as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        c.execute(f'CREATE DATABASE "{name}"')
+fresh_database = PG.recreate_database
 
 
 CATALOG = {
@@ -96,16 +86,8 @@ def snapshot(dbname):
 @pytest.fixture(scope="module")
 def installed_archives():
     """Puts each archived install script next to the current one in the extension directory."""
-    sharedir = subprocess.check_output([PG_CONFIG, "--sharedir"], text=True).strip()
-    placed = []
-    for version in archived_versions():
-        target = os.path.join(sharedir, "extension", f"advlock--{version}.sql")
-        if not os.path.exists(target):
-            shutil.copy(os.path.join(REPO, "sql", "archive", f"advlock--{version}.sql"), target)
-            placed.append(target)
-    yield
-    for path in placed:
-        os.remove(path)
+    with archived_scripts_installed():
+        yield
 
 
 def test_released_versions_are_archived():

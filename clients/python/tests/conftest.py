@@ -5,40 +5,30 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-# The repository's one bounded poll (pg_test/polling.py), shared with the server's suites.
+# The repository's one test-support module (pg_test/pgtestsupport.py), shared with the server's
+# suites: the instance, the admin connection, the leftover-lock check, pg_locks, wait_until.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "pg_test"))
-from polling import wait_until
+from pgtestsupport import AdvisoryLock, Server, advisory_locks, wait_until
 
-__all__ = ["wait_until"]
+__all__ = ["AdvisoryLock", "advisory_locks", "wait_until"]
 
 DSN = os.environ.get("ADVLOCK_PY_DSN", "postgresql://postgres@127.0.0.1:5433/advlock_python")
+# statement_timeout guards the suite against a hang; advlock never relies on it.
+PG = Server(DSN, statement_timeout_ms=20000)
 
 
 def connect(app: str = "advlock-test", **kw: Any) -> psycopg.Connection[Any]:
-    # statement_timeout guards the suite against a hang; advlock never relies on it.
-    return psycopg.connect(DSN, autocommit=True, application_name=app, options="-c statement_timeout=20000", **kw)
-
-
-def advisory_locks(admin: psycopg.Connection[Any], pid: int | None = None) -> list[tuple[Any, ...]]:
-    """(pid, granted, mode, key) of every advisory lock entry in this database, optionally of one pid."""
-    rows = admin.execute(
-        "SELECT pid, granted, mode, (classid::int8 << 32) | objid::int8 FROM pg_locks"
-        " WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        " AND (%s::int IS NULL OR pid = %s::int) ORDER BY pid",
-        (pid, pid),
-    ).fetchall()
-    return [tuple(r) for r in rows]
+    return PG.connect(app, **kw)
 
 
 def waiting(admin: psycopg.Connection[Any], pid: int) -> bool:
-    return any(not granted for p, granted, _, _ in advisory_locks(admin, pid))
+    return any(not row.granted for row in advisory_locks(admin, pid))
 
 
 @pytest.fixture
@@ -46,18 +36,9 @@ def dsn() -> str:
     return DSN
 
 
-@pytest.fixture
-def admin() -> Iterator[psycopg.Connection[Any]]:
-    with connect("advlock-test-admin") as conn:
-        yield conn
-
-
-@pytest.fixture(autouse=True)
-def _nothing_left(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test must leave no advisory lock behind (a leak would be a bug in the package)."""
-    yield
-    with connect("advlock-test-check") as conn:
-        wait_until(lambda: not advisory_locks(conn), 5.0, what=f"{request.node.name} to leave no advisory lock")
+admin = PG.admin_fixture("advlock-test-admin")
+# Every test must leave no advisory lock behind (a leak would be a bug in the package).
+_nothing_left = PG.no_advisory_locks_left_fixture("advlock-test-check", timeout=5.0, interval=0.01)
 
 
 def server_kind() -> str:

@@ -15,7 +15,7 @@ import pytest
 
 import advlock
 from bouncer import pgbouncer
-from conftest import DSN, advisory_locks, wait_until
+from conftest import DSN, AdvisoryLock, advisory_locks, wait_until
 
 Driver = Literal["psycopg", "asyncpg"]
 KEY = advlock.key("migrate")
@@ -140,7 +140,7 @@ def test_s35_a_probe_that_misses_the_pooler_strands_no_lock(
 def test_s18_session_pooler_works_and_reports_the_server_backend(
     driver: Driver | Literal["sync"], session_pooler: str, admin: psycopg.Connection[Any]
 ) -> None:
-    seen: list[list[tuple[Any, ...]]] = []
+    seen: list[list[AdvisoryLock]] = []
 
     async def main() -> int:
         async with advlock.session_lock(session_pooler, "migrate", timeout=1.0, driver=driver) as held:  # type: ignore[arg-type]

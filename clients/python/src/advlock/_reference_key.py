@@ -1,0 +1,1 @@
+../../../../docs/keys/advlock_key.py
