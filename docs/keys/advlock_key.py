@@ -58,11 +58,15 @@ def siphash24(data: bytes, k0: int = 0, k1: int = 0) -> int:
 def advlock_key(ns: str, id: "str | int" = "") -> int:
     if ns is None or id is None:
         raise ValueError("ns and id must not be None")
+    if not isinstance(ns, str):
+        raise TypeError(f"ns must be a str, got {type(ns).__name__}")
     if ns == "":
         raise ValueError("ns must not be empty")
-    if isinstance(id, int) and not isinstance(id, bool):
-        id = str(id)
-    h = siphash24(ns.encode("utf-8") + b"\x00" + id.encode("utf-8"))
+    # bool is an int in Python, but advlock_key(ns, true) does not exist in SQL.
+    if isinstance(id, bool) or not isinstance(id, (str, int)):
+        raise TypeError(f"id must be a str or an int, got {type(id).__name__}")
+    text = id if isinstance(id, str) else str(id)
+    h = siphash24(ns.encode("utf-8") + b"\x00" + text.encode("utf-8"))
     return h - (1 << 64) if h >= 1 << 63 else h
 
 

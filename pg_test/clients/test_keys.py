@@ -44,6 +44,12 @@ def test_python_reference_rejects_what_the_server_rejects():
         advlock_key("ns", None)
     assert advlock_key("ns", 7) == advlock_key("ns", "7")
     assert advlock_key("ns") == advlock_key("ns", "")
+    # Types SQL has no advlock_key for: a clear TypeError, not an AttributeError from inside.
+    for bad_id in (True, 1.5, b"x"):
+        with pytest.raises(TypeError, match="id must be a str or an int"):
+            advlock_key("ns", bad_id)
+    with pytest.raises(TypeError, match="ns must be a str"):
+        advlock_key(b"ns", "x")
 
 
 def test_server_matches_vectors_file():
