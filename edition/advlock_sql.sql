@@ -921,7 +921,8 @@ BEGIN
         -- Only those backends' lock lists are read.
         SELECT count(DISTINCT e.pid) INTO hidden FROM @extschema@.advlock_holder_entries(hidden_pids) e;
         IF hidden > 0 THEN
-            RAISE WARNING '% cannot see the activity of % backend(s) holding advisory locks', caller, hidden
+            RAISE WARNING '% cannot see the activity of % % holding advisory locks',
+                caller, hidden, CASE WHEN hidden = 1 THEN 'backend' ELSE 'backends' END
                 USING DETAIL = format('pg_stat_activity hides their state from role %s: idle holders among them are not listed.', current_user),
                       HINT = format('Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO %s;', quote_ident(current_user));
         END IF;
@@ -1074,7 +1075,8 @@ BEGIN
                       AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()));
     -- A count that cannot see every holder must not read as "no leak".
     IF hidden > 0 THEN
-        RAISE EXCEPTION 'advlock_leak_count cannot see the activity of % backend(s) holding advisory locks', hidden
+        RAISE EXCEPTION 'advlock_leak_count cannot see the activity of % % holding advisory locks',
+            hidden, CASE WHEN hidden = 1 THEN 'backend' ELSE 'backends' END
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = format('pg_stat_activity hides their state from role %s, so a leak among them could not be counted.', current_user),
                   HINT = format('Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO %s;', quote_ident(current_user));

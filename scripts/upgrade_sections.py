@@ -52,6 +52,11 @@ if version == "0.5.0":
                              (repo / "sql/leases.sql").read_text(), re.S | re.M)
     assert len(lease_views) == 2, lease_views
     files.append("".join(v.replace("CREATE VIEW", "CREATE OR REPLACE VIEW", 1) for v in lease_views))
+    # advlock_idle_holder_rows: its hidden-holder WARNING says "1 backend" / "N backends" (0.4.0:
+    # "backend(s)"); replaced in place, as for the views.
+    idle_rows = re.search(r"^CREATE FUNCTION @extschema@\.advlock_idle_holder_rows\(.*?\n\$fn\$;\n",
+                          (repo / "sql/holders.sql").read_text(), re.S | re.M).group(0)
+    files.append(idle_rows.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
     # The views' descriptions, which live beside each view in the hand-written files: all
     # re-applied, so a changed one reaches updated installs (0.5.0: advlock_lock_table's, ASCII).
     views = "".join(m.group(0) for f in VIEW_FILES

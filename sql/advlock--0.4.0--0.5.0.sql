@@ -27,18 +27,6 @@ AS 'MODULE_PATHNAME', 'campaign_key_wrapper';
 -- advlock::election::advlock_campaign
 CREATE  FUNCTION "advlock_campaign"(
 	"ns" text, /* Option < ServerText > */
-	"id" text, /* Option < ServerText > */
-	"ttl_ms" INT, /* Option < i32 > */
-	"timeout_ms" INT, /* Option < i32 > */
-	"candidate" text /* Option < ServerText > */
-) RETURNS bigint /* Option < i64 > */
-VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'campaign_text_wrapper';
-
--- advlock::election::advlock_campaign
-CREATE  FUNCTION "advlock_campaign"(
-	"ns" text, /* Option < ServerText > */
 	"id" bigint, /* Option < i64 > */
 	"ttl_ms" INT, /* Option < i32 > */
 	"timeout_ms" INT, /* Option < i32 > */
@@ -47,6 +35,18 @@ CREATE  FUNCTION "advlock_campaign"(
 VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'campaign_int_wrapper';
+
+-- advlock::election::advlock_campaign
+CREATE  FUNCTION "advlock_campaign"(
+	"ns" text, /* Option < ServerText > */
+	"id" text, /* Option < ServerText > */
+	"ttl_ms" INT, /* Option < i32 > */
+	"timeout_ms" INT, /* Option < i32 > */
+	"candidate" text /* Option < ServerText > */
+) RETURNS bigint /* Option < i64 > */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'campaign_text_wrapper';
 
 -- advlock::election::advlock_leader
 CREATE  FUNCTION "advlock_leader"(
@@ -66,22 +66,6 @@ AS 'MODULE_PATHNAME', 'leader_key_wrapper';
 -- advlock::election::advlock_leader
 CREATE  FUNCTION "advlock_leader"(
 	"ns" text, /* Option < ServerText > */
-	"id" text /* Option < ServerText > */
-) RETURNS TABLE (
-	"term" bigint,  /* i64 */
-	"candidate" text,  /* Option < ServerTextOut > */
-	"since" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"pid" INT,  /* i32 */
-	"application_name" text  /* Option < ServerTextOut > */
-)
-VOLATILE PARALLEL RESTRICTED 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'leader_text_wrapper';
-
--- advlock::election::advlock_leader
-CREATE  FUNCTION "advlock_leader"(
-	"ns" text, /* Option < ServerText > */
 	"id" bigint /* Option < i64 > */
 ) RETURNS TABLE (
 	"term" bigint,  /* i64 */
@@ -94,6 +78,22 @@ CREATE  FUNCTION "advlock_leader"(
 VOLATILE PARALLEL RESTRICTED 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'leader_int_wrapper';
+
+-- advlock::election::advlock_leader
+CREATE  FUNCTION "advlock_leader"(
+	"ns" text, /* Option < ServerText > */
+	"id" text /* Option < ServerText > */
+) RETURNS TABLE (
+	"term" bigint,  /* i64 */
+	"candidate" text,  /* Option < ServerTextOut > */
+	"since" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"pid" INT,  /* i32 */
+	"application_name" text  /* Option < ServerTextOut > */
+)
+VOLATILE PARALLEL RESTRICTED 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'leader_text_wrapper';
 
 -- advlock::leases::advlock_lease_candidates
 CREATE  FUNCTION "advlock_lease_candidates"() RETURNS TABLE (
@@ -158,25 +158,6 @@ AS 'MODULE_PATHNAME', 'observe_key_wrapper';
 -- advlock::election::advlock_observe_leader
 CREATE  FUNCTION "advlock_observe_leader"(
 	"ns" text, /* Option < ServerText > */
-	"id" text, /* Option < ServerText > */
-	"timeout_ms" INT, /* Option < i32 > */
-	"known_term" bigint DEFAULT NULL /* Option < i64 > */
-) RETURNS TABLE (
-	"changed" bool,  /* bool */
-	"term" bigint,  /* Option < i64 > */
-	"candidate" text,  /* Option < ServerTextOut > */
-	"since" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
-	"pid" INT,  /* Option < i32 > */
-	"application_name" text  /* Option < ServerTextOut > */
-)
-VOLATILE PARALLEL UNSAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'observe_text_wrapper';
-
--- advlock::election::advlock_observe_leader
-CREATE  FUNCTION "advlock_observe_leader"(
-	"ns" text, /* Option < ServerText > */
 	"id" bigint, /* Option < i64 > */
 	"timeout_ms" INT, /* Option < i32 > */
 	"known_term" bigint DEFAULT NULL /* Option < i64 > */
@@ -192,6 +173,25 @@ CREATE  FUNCTION "advlock_observe_leader"(
 VOLATILE PARALLEL UNSAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'observe_int_wrapper';
+
+-- advlock::election::advlock_observe_leader
+CREATE  FUNCTION "advlock_observe_leader"(
+	"ns" text, /* Option < ServerText > */
+	"id" text, /* Option < ServerText > */
+	"timeout_ms" INT, /* Option < i32 > */
+	"known_term" bigint DEFAULT NULL /* Option < i64 > */
+) RETURNS TABLE (
+	"changed" bool,  /* bool */
+	"term" bigint,  /* Option < i64 > */
+	"candidate" text,  /* Option < ServerTextOut > */
+	"since" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"expires_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"pid" INT,  /* Option < i32 > */
+	"application_name" text  /* Option < ServerTextOut > */
+)
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'observe_text_wrapper';
 
 -- advlock::election::advlock_resign
 CREATE  FUNCTION "advlock_resign"(
@@ -601,6 +601,65 @@ SELECT s.capacity, s.held, s.waiting, s.granted, s.released, s.expired, s.renewe
        t.terms_started, t.terms_expired, t.terms_resigned
   FROM @extschema@.advlock_lease_stats() s
  CROSS JOIN @extschema@.advlock_term_stats() t;
+
+CREATE OR REPLACE FUNCTION @extschema@.advlock_idle_holder_rows(older_than pg_catalog.interval DEFAULT NULL,
+                                                      caller pg_catalog.text DEFAULT 'advlock_idle_holder_rows')
+RETURNS SETOF @extschema@.advlock_holders
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    threshold interval;
+    hidden_pids int4[];
+    hidden int;
+    idle int4[];
+BEGIN
+    IF caller IS NULL THEN
+        RAISE EXCEPTION 'argument "caller" of advlock_idle_holder_rows must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Pass the name of the function to name in messages, or omit it.';
+    END IF;
+    IF older_than < interval '0' THEN
+        RAISE EXCEPTION 'argument "older_than" of % must not be a negative interval', caller
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass how long a holder must have been idle, e.g. interval ''5 minutes'', or NULL for advlock.idle_threshold.';
+    END IF;
+    threshold := @extschema@.advlock_idle_threshold(older_than);
+    SELECT array_agg(a.pid) INTO hidden_pids
+      FROM pg_stat_activity a
+     WHERE a.datname = current_database() AND a.query = '<insufficient privilege>';
+    IF hidden_pids IS NOT NULL THEN
+        -- Only those backends' lock lists are read.
+        SELECT count(DISTINCT e.pid) INTO hidden FROM @extschema@.advlock_holder_entries(hidden_pids) e;
+        IF hidden > 0 THEN
+            RAISE WARNING '% cannot see the activity of % % holding advisory locks',
+                caller, hidden, CASE WHEN hidden = 1 THEN 'backend' ELSE 'backends' END
+                USING DETAIL = format('pg_stat_activity hides their state from role %s: idle holders among them are not listed.', current_user),
+                      HINT = format('Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO %s;', quote_ident(current_user));
+        END IF;
+    END IF;
+    SELECT array_agg(a.pid) INTO idle
+      FROM pg_stat_activity a
+     WHERE a.datname = current_database()
+       AND a.state = 'idle'
+       AND clock_timestamp() - a.state_change >= threshold;
+    IF idle IS NULL THEN
+        RETURN;
+    END IF;
+    -- Rechecked against the rows' own activity: the same pg_stat_activity snapshot (one per
+    -- transaction).
+    RETURN QUERY
+        SELECT h.key, h.key1, h.key2, h.mode, h.granted, h.pid, h.application_name, h.usename,
+               h.client_addr, h.backend_state, h.state_change, h.xact_start, h.query_start, h.query,
+               h.idle_for, true, h.waiting_since, h.blocked_by, h.label, h.scope, h.held_since, h.token
+          FROM @extschema@.advlock_holders h
+         WHERE h.pid = ANY (idle)
+           AND h.granted
+           AND h.backend_state = 'idle'
+           AND h.idle_for >= threshold
+         ORDER BY h.idle_for DESC, h.pid, h.key;
+END
+$fn$;
 
 COMMENT ON VIEW @extschema@.advlock_holders IS
   'advlock: advisory locks in this database, holders and waiters, with their backends';

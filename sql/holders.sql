@@ -111,7 +111,8 @@ BEGIN
         -- Only those backends' lock lists are read.
         SELECT count(DISTINCT e.pid) INTO hidden FROM @extschema@.advlock_holder_entries(hidden_pids) e;
         IF hidden > 0 THEN
-            RAISE WARNING '% cannot see the activity of % backend(s) holding advisory locks', caller, hidden
+            RAISE WARNING '% cannot see the activity of % % holding advisory locks',
+                caller, hidden, CASE WHEN hidden = 1 THEN 'backend' ELSE 'backends' END
                 USING DETAIL = format('pg_stat_activity hides their state from role %s: idle holders among them are not listed.', current_user),
                       HINT = format('Monitoring needs pg_read_all_stats (or pg_monitor): GRANT pg_monitor TO %s;', quote_ident(current_user));
         END IF;

@@ -98,3 +98,9 @@ pub fn required<T>(value: Option<T>, function: &str, argument: &str) -> T {
         None => null_argument(function, argument),
     }
 }
+
+/// "1 backend", "2 backends": a count with its noun, singular or plural as the count wants (what
+/// PostgreSQL's errmsg_plural does for its own messages).
+pub fn counted(n: usize, singular: &str, plural: &str) -> String {
+    format!("{n} {}", if n == 1 { singular } else { plural })
+}

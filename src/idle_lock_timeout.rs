@@ -27,6 +27,7 @@
 //! Leases are not lock-manager locks and are never looked at. CONTRIBUTING.md ("Idle session
 //! locks: why in the backend") has the measurements behind this choice.
 use crate::backend;
+use crate::errors::counted;
 use crate::gucs::IDLE_SESSION_LOCK_TIMEOUT_MS;
 use crate::lock_mode::Mode;
 use crate::lockmgr::{self, AdvisoryKey};
@@ -265,11 +266,12 @@ fn terminate(held: &[lockmgr::AdvisoryEntry], idle_us: i64, timeout_ms: i32) -> 
     };
     let idle = format!("{:.3} s", idle_us as f64 / 1e6);
     let message = format!(
-        "terminating connection due to advlock.idle_session_lock_timeout: pid {me} (application_name \"{application_name}\") idle for {idle} holding session advisory locks {keys}"
+        "terminating connection due to advlock.idle_session_lock_timeout: pid {me} (application_name \"{application_name}\") idle for {idle} holding session advisory {} {keys}",
+        if held.len() == 1 { "lock" } else { "locks" }
     );
     let detail = format!(
-        "{} session-level advisory lock(s) held while idle outside a transaction for {idle}; advlock.idle_session_lock_timeout is {timeout_ms} ms. Exiting releases them.",
-        held.len()
+        "{} held while idle outside a transaction for {idle}; advlock.idle_session_lock_timeout is {timeout_ms} ms. Exiting releases them.",
+        counted(held.len(), "session-level advisory lock", "session-level advisory locks")
     );
     let hint = "Release session locks before a connection goes idle or back to a pool. A connection that holds a lock on purpose (a leader, a migration runner) opts out with SET advlock.idle_session_lock_timeout = 0, or uses a lease.";
     fatal(&message, &detail, hint)

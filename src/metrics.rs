@@ -7,7 +7,7 @@
 use crate::activity::{self, Activity, State};
 use crate::backend;
 use crate::diagnostics::idle_threshold_micros;
-use crate::errors::Report;
+use crate::errors::{counted, Report};
 use crate::lock_mode::Mode;
 use crate::lockmgr::{self, AdvisoryKey};
 use crate::preload::{labels, stats};
@@ -58,7 +58,10 @@ fn advlock_leak_count(older_than: default!(Option<Interval>, "NULL")) -> i32 {
         let user = current_user();
         Report::new(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-            format!("{LEAK_COUNT} cannot see the activity of {hidden} backend(s) holding advisory locks"),
+            format!(
+                "{LEAK_COUNT} cannot see the activity of {} holding advisory locks",
+                counted(hidden, "backend", "backends")
+            ),
         )
         .detail(format!(
             "pg_stat_activity hides their state from role {user}, so a leak among them could not be counted."

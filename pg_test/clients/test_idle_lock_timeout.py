@@ -75,7 +75,7 @@ def test_pooled_connection_lock_is_cleared_and_the_waiter_gets_it(admin):
         assert line is not None, "no log line for the terminated session"
         assert re.search(r"FATAL:  terminating connection due to advlock\.idle_session_lock_timeout: "
                          rf"pid {pid} \(application_name \"{re.escape(app)}\"\) idle for \d+\.\d{{3}} s "
-                         rf"holding session advisory locks {re.escape(key)}$", line), line
+                         rf"holding session advisory lock {re.escape(key)}$", line), line
     finally:
         pool.close()
 
@@ -97,7 +97,7 @@ def test_client_gets_fatal_57p05_naming_pid_app_keys_and_idle_time(admin):
     assert idle, str(e)
     assert TIMEOUT_MS / 1000 <= float(idle.group(1)[:-2]) < TIMEOUT_MS / 1000 + 1
     assert e.diag.message_detail == (
-        "2 session-level advisory lock(s) held while idle outside a transaction for "
+        "2 session-level advisory locks held while idle outside a transaction for "
         f"{idle.group(1)}; {SETTING} is {TIMEOUT_MS} ms. Exiting releases them.")
     assert "SET advlock.idle_session_lock_timeout = 0" in e.diag.message_hint
     conn.close()
