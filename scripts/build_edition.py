@@ -1,9 +1,99 @@
 """The SQL edition's build (edition/advlock_sql.sql), run by scripts/build_edition.sh, which
-says what goes into it: writes the edition to stdout. Usage: build_edition.py REPO"""
+says what goes into it: writes the edition to stdout. Usage: build_edition.py REPO
+
+Key forms, written once (#35). The extension declares the forms of a function that takes a
+key once, in Rust (key_forms! in src/lock_request.rs, key_set_forms! in src/key_set.rs). In
+edition/src the two forms that name the key by namespace and id, (ns text, id text, ...) and
+(ns text, id bigint, ...) -- or (ns text, ids text[], ...) and (ns text, ids bigint[], ...) --
+are one template, which this build writes out once per form:
+
+    -- @forms id: text, int
+    CREATE OR REPLACE FUNCTION @extschema@.advlock_f(ns pg_catalog.text, id @id_type@, ...)
+    ...
+        k := @extschema@.advlock_key(ns, id);
+        ... @extschema@.advlock_edition_describe(k, ns, @text_id@, @int_id@) ...
+        -- an integer id only  -- @only int
+    ...
+    $fn$;
+    -- @end forms
+
+The header names the variable (id or ids) and the forms, in the order they are written out:
+text (an id of type text) and int (of type bigint). In each copy
+    @id_type@       is the type of an id: pg_catalog.text or pg_catalog.int8
+                    (an array of ids: @id_type@[])
+    @form@          is the form's name: text or int
+    @text_V@        (V the header's variable, e.g. @text_id@, @text_ids@) is V in the text form
+                    and NULL in the int form; @int_V@ the other way round: the arguments of a
+                    helper that takes both kinds, as advlock_edition_describe(k, ns, text_id, int_id)
+                    and advlock_edition_set_keys do
+and a line that ends in "-- @only FORM" is written in that form only (without the marker and the
+blanks before it). The copies are separated by one empty line, as any two functions of
+edition/src are. Any other @name@ in a template (except @extschema@, which the install replaces) is
+an error, as is a block without its "-- @end forms". The bare-key form, (key bigint, ...) or
+(keys bigint[], ...), is written separately: its body differs (no hash, no description).
+Only edition/src is expanded; scripts/messages.py reads the expanded text too (expand_forms).
+"""
 import re
 import sys
-repo = sys.argv[1]
-version = re.search(r'^version\s*=\s*"([^"]+)"', open(f"{repo}/Cargo.toml").read(), re.M).group(1)
+
+repo = None  # the repository built from (main() sets it from the command line)
+FORM_TYPES = {"text": "pg_catalog.text", "int": "pg_catalog.int8"}
+FORMS_HEADER = re.compile(r"-- @forms (\w+): (\w+(?:, \w+)*)")
+ONLY_MARKER = re.compile(r"\s+-- @only (\w+)$")
+PLACEHOLDER = re.compile(r"@(\w+)@")
+
+
+def expand_forms(sql, name):
+    """(text, origins): sql with every -- @forms block written out once per form, and for each
+    line of text the 1-based number of the line of sql it comes from."""
+    lines = sql.split("\n")
+    out, origins, i = [], [], 0
+    while i < len(lines):
+        header = FORMS_HEADER.fullmatch(lines[i])
+        if not header:
+            if "@forms" in lines[i] or "@only" in lines[i] or "@end forms" in lines[i]:
+                sys.exit(f"build_edition: {name}:{i + 1}: a forms marker outside a -- @forms block: {lines[i]!r}")
+            out.append(lines[i])
+            origins.append(i + 1)
+            i += 1
+            continue
+        var, forms = header.group(1), header.group(2).split(", ")
+        if any(f not in FORM_TYPES for f in forms) or len(set(forms)) != len(forms):
+            sys.exit(f"build_edition: {name}:{i + 1}: forms are {', '.join(FORM_TYPES)}, each once: {lines[i]!r}")
+        try:
+            end = lines.index("-- @end forms", i + 1)
+        except ValueError:
+            sys.exit(f"build_edition: {name}:{i + 1}: -- @forms without -- @end forms")
+        for n, form in enumerate(forms):
+            values = {"id_type": FORM_TYPES[form], "form": form}
+            values.update({f"{f}_{var}": var if f == form else "NULL" for f in FORM_TYPES})
+            if n:
+                out.append("")
+                origins.append(i + 1)
+            for j in range(i + 1, end):
+                line = lines[j]
+                only = ONLY_MARKER.search(line)
+                if only:
+                    if only.group(1) not in FORM_TYPES:
+                        sys.exit(f"build_edition: {name}:{j + 1}: no form {only.group(1)!r}")
+                    if only.group(1) != form:
+                        continue
+                    line = line[:only.start()]
+                if "@forms" in line or "@only" in line or "@end forms" in line:
+                    sys.exit(f"build_edition: {name}:{j + 1}: a forms marker inside a template: {line!r}")
+
+                def value(m, j=j):
+                    if m.group(1) == "extschema":
+                        return m.group(0)
+                    if m.group(1) not in values:
+                        sys.exit(f"build_edition: {name}:{j + 1}: unknown placeholder {m.group(0)}"
+                                 f" (known: {', '.join('@' + v + '@' for v in values)})")
+                    return values[m.group(1)]
+                out.append(PLACEHOLDER.sub(value, line))
+                origins.append(j + 1)
+        i = end + 1
+    return "\n".join(out), origins
+
 # Objects that exist only in the extension, with the reason (the README lists them too).
 PRELOAD_ONLY = ("advlock_stats", "advlock_stats_info", "advlock_stats_reset",
                 # leases and semaphores: shared memory (pg_test/edition/extension_only.txt)
@@ -35,6 +125,10 @@ def statements(sql):
         sys.exit(f"build_edition: trailing text without ';': {rest[:80]!r}")
     return out
 
+def edition_source(path):
+    """A file of edition/src, its -- @forms blocks written out."""
+    return expand_forms(read(path), path)[0]
+
 def piece(name, sql):
     for delim in ("$advlock_edition$", "$advlock_piece$"):
         if delim in sql:
@@ -55,20 +149,24 @@ def replaceable(path):
         sys.exit(f"build_edition: {path} creates something the edition cannot re-create")
     return sql
 
-holders = replaceable("sql/holders.sql")
-fence = replaceable("sql/fence.sql")
-metrics = replaceable("sql/metrics.sql")
+def main():
+    global repo
+    repo = sys.argv[1]
+    version = re.search(r'^version\s*=\s*"([^"]+)"', open(f"{repo}/Cargo.toml").read(), re.M).group(1)
+    holders = replaceable("sql/holders.sql")
+    fence = replaceable("sql/fence.sql")
+    metrics = replaceable("sql/metrics.sql")
 
-comments = []
-for stmt in statements(read("sql/comments.sql")):
-    m = re.search(r"COMMENT ON (?:FUNCTION|VIEW|SEQUENCE|TABLE) @extschema@\.(\w+)", stmt)
-    if not m:
-        continue
-    if m.group(1) in PRELOAD_ONLY:
-        continue
-    comments.append(stmt.strip("\n") + "\n")
+    comments = []
+    for stmt in statements(read("sql/comments.sql")):
+        m = re.search(r"COMMENT ON (?:FUNCTION|VIEW|SEQUENCE|TABLE) @extschema@\.(\w+)", stmt)
+        if not m:
+            continue
+        if m.group(1) in PRELOAD_ONLY:
+            continue
+        comments.append(stmt.strip("\n") + "\n")
 
-sys.stdout.write(f"""-- advlock {version}, SQL edition: the core API of the advlock extension in plain SQL and
+    sys.stdout.write(f"""-- advlock {version}, SQL edition: the core API of the advlock extension in plain SQL and
 -- PL/pgSQL, for servers that cannot load an extension library (Amazon RDS and Aurora, Cloud SQL,
 -- Azure, ...). GENERATED by scripts/build_edition.sh from edition/src/*.sql and the extension's
 -- sql/holders.sql, sql/metrics.sql and sql/comments.sql: edit those, then rebuild.
@@ -97,16 +195,20 @@ END
 $advlock_edition$;
 
 """)
-sys.stdout.write(piece("edition/src/keys.sql", read("edition/src/keys.sql")))
-sys.stdout.write(piece("edition/src/acquisition.sql", read("edition/src/acquisition.sql")))
-sys.stdout.write(piece("edition/src/holders_support.sql", read("edition/src/holders_support.sql")))
-sys.stdout.write(piece("sql/holders.sql (the extension's, CREATE OR REPLACE)", holders))
-sys.stdout.write(piece("edition/src/metrics.sql", read("edition/src/metrics.sql")))
-sys.stdout.write(piece("sql/metrics.sql (the extension's, CREATE OR REPLACE)", metrics))
-sys.stdout.write(piece("edition/src/key_sets.sql", read("edition/src/key_sets.sql")))
-sys.stdout.write(piece("edition/src/tokens.sql", read("edition/src/tokens.sql")))
-sys.stdout.write(piece("sql/fence.sql (the extension's, CREATE OR REPLACE)", fence))
-sys.stdout.write(piece("edition/src/fence_table.sql", read("edition/src/fence_table.sql")))
-edition_comments = read("edition/src/comments.sql").replace("@VERSION@", version)
-sys.stdout.write(piece("edition/src/comments.sql", edition_comments))
-sys.stdout.write(piece("sql/comments.sql (the extension's, minus preload-only objects)", "".join(comments)))
+    sys.stdout.write(piece("edition/src/keys.sql", edition_source("edition/src/keys.sql")))
+    sys.stdout.write(piece("edition/src/acquisition.sql", edition_source("edition/src/acquisition.sql")))
+    sys.stdout.write(piece("edition/src/holders_support.sql", edition_source("edition/src/holders_support.sql")))
+    sys.stdout.write(piece("sql/holders.sql (the extension's, CREATE OR REPLACE)", holders))
+    sys.stdout.write(piece("edition/src/metrics.sql", edition_source("edition/src/metrics.sql")))
+    sys.stdout.write(piece("sql/metrics.sql (the extension's, CREATE OR REPLACE)", metrics))
+    sys.stdout.write(piece("edition/src/key_sets.sql", edition_source("edition/src/key_sets.sql")))
+    sys.stdout.write(piece("edition/src/tokens.sql", edition_source("edition/src/tokens.sql")))
+    sys.stdout.write(piece("sql/fence.sql (the extension's, CREATE OR REPLACE)", fence))
+    sys.stdout.write(piece("edition/src/fence_table.sql", edition_source("edition/src/fence_table.sql")))
+    edition_comments = edition_source("edition/src/comments.sql").replace("@VERSION@", version)
+    sys.stdout.write(piece("edition/src/comments.sql", edition_comments))
+    sys.stdout.write(piece("sql/comments.sql (the extension's, minus preload-only objects)", "".join(comments)))
+
+
+if __name__ == "__main__":
+    main()

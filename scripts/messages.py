@@ -10,7 +10,8 @@ Read:
              null_argument's messages (one per argument named in its hint's match arms, plus the
              `_` arm). A string literal is its text; format!("...") its template, each {x}, {}
              or {:02X} a placeholder; any other expression (a variable) one placeholder.
-  edition    edition/src/*.sql: every RAISE with a message (RAISE; re-raises are skipped): the
+  edition    edition/src/*.sql, as scripts/build_edition.py writes them out (its -- @forms
+             templates once per form): every RAISE with a message (RAISE; re-raises are skipped): the
              format literal, each % a placeholder; USING ERRCODE (a condition name), HINT,
              DETAIL, MESSAGE. A USING expression is 'literal', format('...') (each %s, %I, %L a
              placeholder), a concatenation of those with ||, or anything else: one placeholder.
@@ -28,6 +29,7 @@ Rust literal or no edition RAISE text.
 
 Usage: scripts/messages.py [REPO]     (default: the repository holding this script)
 """
+import importlib.util
 import re
 import sys
 import tomllib
@@ -324,11 +326,21 @@ def raise_format(fmt):
     return re.sub(r"%%|%", lambda x: "%" if x.group(0) == "%%" else HOLE, fmt)
 
 
+def edition_forms():
+    """build_edition.expand_forms of the repository checked: the edition's RAISEs are read as the
+    build writes them, each -- @forms template once per form (a placeholder can be in a RAISE)."""
+    spec = importlib.util.spec_from_file_location("build_edition", repo / "scripts" / "build_edition.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.expand_forms
+
+
 def edition_messages():
     found = []
+    expand_forms = edition_forms()
     for path in sorted((repo / "edition" / "src").glob("*.sql")):
-        src = path.read_text()
         rel = f"edition/src/{path.name}"
+        src, origins = expand_forms(path.read_text(), rel)
         for m in re.finditer(r"\bRAISE\b", src):
             if "--" in src[src.rfind("\n", 0, m.start()) + 1:m.start()]:
                 continue  # a comment
@@ -336,7 +348,7 @@ def edition_messages():
             stmt = sql_split(src[m.end():], r";")[0]
             if not stmt:
                 continue  # RAISE; re-raises
-            where = f"{rel}:{src.count(chr(10), 0, m.start()) + 1}"
+            where = f"{rel}:{origins[src.count(chr(10), 0, m.start())]}"
             level = re.match(r"\s*(EXCEPTION|WARNING|NOTICE|INFO|LOG|DEBUG)?\s*", stmt, re.I)
             level_word = (level.group(1) or "EXCEPTION").upper()
             rest = stmt[level.end():]

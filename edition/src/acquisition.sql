@@ -331,7 +331,8 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION @extschema@.advlock_try_with_timeout(ns pg_catalog.text, id pg_catalog.text, timeout_ms pg_catalog.int4,
+-- @forms id: text, int
+CREATE OR REPLACE FUNCTION @extschema@.advlock_try_with_timeout(ns pg_catalog.text, id @id_type@, timeout_ms pg_catalog.int4,
                                                                scope pg_catalog.text DEFAULT 'xact',
                                                                mode pg_catalog.text DEFAULT 'exclusive')
 RETURNS pg_catalog.bool
@@ -345,21 +346,7 @@ BEGIN
     RETURN @extschema@.advlock_edition_acquire('advlock_try_with_timeout', @extschema@.advlock_key(ns, id), timeout_ms, scope, mode);
 END
 $fn$;
-
-CREATE OR REPLACE FUNCTION @extschema@.advlock_try_with_timeout(ns pg_catalog.text, id pg_catalog.int8, timeout_ms pg_catalog.int4,
-                                                               scope pg_catalog.text DEFAULT 'xact',
-                                                               mode pg_catalog.text DEFAULT 'exclusive')
-RETURNS pg_catalog.bool
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF ns IS NULL OR ns = '' OR id IS NULL THEN
-        PERFORM @extschema@.advlock_edition_check_target('advlock_try_with_timeout', ns, id IS NULL);
-    END IF;
-    RETURN @extschema@.advlock_edition_acquire('advlock_try_with_timeout', @extschema@.advlock_key(ns, id), timeout_ms, scope, mode);
-END
-$fn$;
+-- @end forms
 
 CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_with_timeout(key pg_catalog.int8, timeout_ms pg_catalog.int4,
                                                                 scope pg_catalog.text DEFAULT 'xact',
@@ -382,7 +369,8 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_with_timeout(ns pg_catalog.text, id pg_catalog.text, timeout_ms pg_catalog.int4,
+-- @forms id: text, int
+CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_with_timeout(ns pg_catalog.text, id @id_type@, timeout_ms pg_catalog.int4,
                                                                 scope pg_catalog.text DEFAULT 'xact',
                                                                 mode pg_catalog.text DEFAULT 'exclusive')
 RETURNS void
@@ -398,33 +386,12 @@ BEGIN
     END IF;
     k := @extschema@.advlock_key(ns, id);
     IF NOT @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', k, timeout_ms, scope, mode) THEN
-        PERFORM @extschema@.advlock_edition_raise_timeout(k, @extschema@.advlock_edition_describe(k, ns, id, NULL),
+        PERFORM @extschema@.advlock_edition_raise_timeout(k, @extschema@.advlock_edition_describe(k, ns, @text_id@, @int_id@),
                                                          timeout_ms, mode, started);
     END IF;
 END
 $fn$;
-
-CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_with_timeout(ns pg_catalog.text, id pg_catalog.int8, timeout_ms pg_catalog.int4,
-                                                                scope pg_catalog.text DEFAULT 'xact',
-                                                                mode pg_catalog.text DEFAULT 'exclusive')
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    started timestamptz := clock_timestamp();
-    k bigint;
-BEGIN
-    IF ns IS NULL OR ns = '' OR id IS NULL THEN
-        PERFORM @extschema@.advlock_edition_check_target('advlock_lock_with_timeout', ns, id IS NULL);
-    END IF;
-    k := @extschema@.advlock_key(ns, id);
-    IF NOT @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', k, timeout_ms, scope, mode) THEN
-        PERFORM @extschema@.advlock_edition_raise_timeout(k, @extschema@.advlock_edition_describe(k, ns, NULL, id),
-                                                         timeout_ms, mode, started);
-    END IF;
-END
-$fn$;
+-- @end forms
 
 -- advlock_unlock: one session-scope hold; false with a WARNING naming the key when none is held.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock(key pg_catalog.int8, mode pg_catalog.text DEFAULT 'exclusive')
@@ -444,7 +411,8 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock(ns pg_catalog.text, id pg_catalog.text, mode pg_catalog.text DEFAULT 'exclusive')
+-- @forms id: text, int
+CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock(ns pg_catalog.text, id @id_type@, mode pg_catalog.text DEFAULT 'exclusive')
 RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -455,21 +423,7 @@ BEGIN
     END IF;
     RETURN @extschema@.advlock_edition_release('advlock_unlock', @extschema@.advlock_key(ns, id),
                                                @extschema@.advlock_edition_mode('advlock_unlock', mode),
-                                               @extschema@.advlock_edition_describe(@extschema@.advlock_key(ns, id), ns, id, NULL));
+                                               @extschema@.advlock_edition_describe(@extschema@.advlock_key(ns, id), ns, @text_id@, @int_id@));
 END
 $fn$;
-
-CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock(ns pg_catalog.text, id pg_catalog.int8, mode pg_catalog.text DEFAULT 'exclusive')
-RETURNS pg_catalog.bool
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF ns IS NULL OR ns = '' OR id IS NULL THEN
-        PERFORM @extschema@.advlock_edition_check_target('advlock_unlock', ns, id IS NULL);
-    END IF;
-    RETURN @extschema@.advlock_edition_release('advlock_unlock', @extschema@.advlock_key(ns, id),
-                                               @extschema@.advlock_edition_mode('advlock_unlock', mode),
-                                               @extschema@.advlock_edition_describe(@extschema@.advlock_key(ns, id), ns, NULL, id));
-END
-$fn$;
+-- @end forms

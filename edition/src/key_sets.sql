@@ -286,7 +286,8 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION @extschema@.advlock_try_all_with_timeout(ns pg_catalog.text, ids pg_catalog.text[], timeout_ms pg_catalog.int4,
+-- @forms ids: text, int
+CREATE OR REPLACE FUNCTION @extschema@.advlock_try_all_with_timeout(ns pg_catalog.text, ids @id_type@[], timeout_ms pg_catalog.int4,
                                                                    scope pg_catalog.text DEFAULT 'xact',
                                                                    mode pg_catalog.text DEFAULT 'exclusive')
 RETURNS pg_catalog.bool
@@ -295,24 +296,11 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     RETURN @extschema@.advlock_edition_try_all('advlock_try_all_with_timeout',
-        @extschema@.advlock_edition_set_keys('advlock_try_all_with_timeout', NULL, ns, ids, NULL, 'text'),
+        @extschema@.advlock_edition_set_keys('advlock_try_all_with_timeout', NULL, ns, @text_ids@, @int_ids@, '@form@'),
         timeout_ms, scope, mode);
 END
 $fn$;
-
-CREATE OR REPLACE FUNCTION @extschema@.advlock_try_all_with_timeout(ns pg_catalog.text, ids pg_catalog.int8[], timeout_ms pg_catalog.int4,
-                                                                   scope pg_catalog.text DEFAULT 'xact',
-                                                                   mode pg_catalog.text DEFAULT 'exclusive')
-RETURNS pg_catalog.bool
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    RETURN @extschema@.advlock_edition_try_all('advlock_try_all_with_timeout',
-        @extschema@.advlock_edition_set_keys('advlock_try_all_with_timeout', NULL, ns, NULL, ids, 'int'),
-        timeout_ms, scope, mode);
-END
-$fn$;
+-- @end forms
 
 CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_all_with_timeout(keys pg_catalog.int8[], timeout_ms pg_catalog.int4,
                                                                     scope pg_catalog.text DEFAULT 'xact',
@@ -328,7 +316,8 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_all_with_timeout(ns pg_catalog.text, ids pg_catalog.text[], timeout_ms pg_catalog.int4,
+-- @forms ids: text, int
+CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_all_with_timeout(ns pg_catalog.text, ids @id_type@[], timeout_ms pg_catalog.int4,
                                                                     scope pg_catalog.text DEFAULT 'xact',
                                                                     mode pg_catalog.text DEFAULT 'exclusive')
 RETURNS void
@@ -337,24 +326,11 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     PERFORM @extschema@.advlock_edition_lock_all(
-        @extschema@.advlock_edition_set_keys('advlock_lock_all_with_timeout', NULL, ns, ids, NULL, 'text'),
-        ns, ids, NULL, timeout_ms, scope, mode);
+        @extschema@.advlock_edition_set_keys('advlock_lock_all_with_timeout', NULL, ns, @text_ids@, @int_ids@, '@form@'),
+        ns, @text_ids@, @int_ids@, timeout_ms, scope, mode);
 END
 $fn$;
-
-CREATE OR REPLACE FUNCTION @extschema@.advlock_lock_all_with_timeout(ns pg_catalog.text, ids pg_catalog.int8[], timeout_ms pg_catalog.int4,
-                                                                    scope pg_catalog.text DEFAULT 'xact',
-                                                                    mode pg_catalog.text DEFAULT 'exclusive')
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    PERFORM @extschema@.advlock_edition_lock_all(
-        @extschema@.advlock_edition_set_keys('advlock_lock_all_with_timeout', NULL, ns, NULL, ids, 'int'),
-        ns, NULL, ids, timeout_ms, scope, mode);
-END
-$fn$;
+-- @end forms
 
 CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock_all(keys pg_catalog.int8[], mode pg_catalog.text DEFAULT 'exclusive')
 RETURNS pg_catalog.bool
@@ -367,27 +343,18 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock_all(ns pg_catalog.text, ids pg_catalog.text[], mode pg_catalog.text DEFAULT 'exclusive')
+-- @forms ids: text, int
+CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock_all(ns pg_catalog.text, ids @id_type@[], mode pg_catalog.text DEFAULT 'exclusive')
 RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     RETURN @extschema@.advlock_edition_unlock_all(
-        @extschema@.advlock_edition_set_keys('advlock_unlock_all', NULL, ns, ids, NULL, 'text'), ns, ids, NULL, mode);
+        @extschema@.advlock_edition_set_keys('advlock_unlock_all', NULL, ns, @text_ids@, @int_ids@, '@form@'), ns, @text_ids@, @int_ids@, mode);
 END
 $fn$;
-
-CREATE OR REPLACE FUNCTION @extschema@.advlock_unlock_all(ns pg_catalog.text, ids pg_catalog.int8[], mode pg_catalog.text DEFAULT 'exclusive')
-RETURNS pg_catalog.bool
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    RETURN @extschema@.advlock_edition_unlock_all(
-        @extschema@.advlock_edition_set_keys('advlock_unlock_all', NULL, ns, NULL, ids, 'int'), ns, NULL, ids, mode);
-END
-$fn$;
+-- @end forms
 
 -- ---------------------------------------------------------------------------------------
 -- advlock_holding: whether this backend holds the lock in exactly this mode, any scope
@@ -409,7 +376,8 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION @extschema@.advlock_holding(ns pg_catalog.text, id pg_catalog.text, mode pg_catalog.text DEFAULT 'exclusive')
+-- @forms id: text, int
+CREATE OR REPLACE FUNCTION @extschema@.advlock_holding(ns pg_catalog.text, id @id_type@, mode pg_catalog.text DEFAULT 'exclusive')
 RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -421,16 +389,4 @@ BEGIN
     RETURN @extschema@.advlock_edition_held(@extschema@.advlock_key(ns, id), @extschema@.advlock_edition_mode('advlock_holding', mode));
 END
 $fn$;
-
-CREATE OR REPLACE FUNCTION @extschema@.advlock_holding(ns pg_catalog.text, id pg_catalog.int8, mode pg_catalog.text DEFAULT 'exclusive')
-RETURNS pg_catalog.bool
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF ns IS NULL OR ns = '' OR id IS NULL THEN
-        PERFORM @extschema@.advlock_edition_check_target('advlock_holding', ns, id IS NULL);
-    END IF;
-    RETURN @extschema@.advlock_edition_held(@extschema@.advlock_key(ns, id), @extschema@.advlock_edition_mode('advlock_holding', mode));
-END
-$fn$;
+-- @end forms

@@ -102,7 +102,8 @@ $fn$;
 -- advlock_key's three forms: not STRICT, like the extension's, so that a NULL is an error
 -- naming the argument rather than a silent NULL key. The checks run only when an argument is
 -- NULL or empty; the common path is the hash alone.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_key(ns pg_catalog.text, id pg_catalog.text)
+-- @forms id: text, int
+CREATE OR REPLACE FUNCTION @extschema@.advlock_key(ns pg_catalog.text, id @id_type@)
 RETURNS pg_catalog.int8
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -111,23 +112,12 @@ BEGIN
     IF ns IS NULL OR ns = '' OR id IS NULL THEN
         PERFORM @extschema@.advlock_edition_check_target('advlock_key', ns, id IS NULL);
     END IF;
-    RETURN @extschema@.advlock_edition_siphash24(convert_to(ns, 'UTF8') || '\x00'::bytea || convert_to(id, 'UTF8'));
+    RETURN @extschema@.advlock_edition_siphash24(convert_to(ns, 'UTF8') || '\x00'::bytea || convert_to(id, 'UTF8'));  -- @only text
+    -- An integer id hashes as its decimal text ("42", "-7"): int8out's digits are ASCII.  -- @only int
+    RETURN @extschema@.advlock_edition_siphash24(convert_to(ns, 'UTF8') || '\x00'::bytea || convert_to(id::text, 'UTF8'));  -- @only int
 END
 $fn$;
-
-CREATE OR REPLACE FUNCTION @extschema@.advlock_key(ns pg_catalog.text, id pg_catalog.int8)
-RETURNS pg_catalog.int8
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF ns IS NULL OR ns = '' OR id IS NULL THEN
-        PERFORM @extschema@.advlock_edition_check_target('advlock_key', ns, id IS NULL);
-    END IF;
-    -- An integer id hashes as its decimal text ("42", "-7"): int8out's digits are ASCII.
-    RETURN @extschema@.advlock_edition_siphash24(convert_to(ns, 'UTF8') || '\x00'::bytea || convert_to(id::text, 'UTF8'));
-END
-$fn$;
+-- @end forms
 
 CREATE OR REPLACE FUNCTION @extschema@.advlock_key(ns pg_catalog.text)
 RETURNS pg_catalog.int8

@@ -85,7 +85,8 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION @extschema@.advlock_try_with_token(ns pg_catalog.text, id pg_catalog.text, timeout_ms pg_catalog.int4,
+-- @forms id: text, int
+CREATE OR REPLACE FUNCTION @extschema@.advlock_try_with_token(ns pg_catalog.text, id @id_type@, timeout_ms pg_catalog.int4,
                                                              scope pg_catalog.text DEFAULT 'session',
                                                              mode pg_catalog.text DEFAULT 'exclusive')
 RETURNS pg_catalog.int8
@@ -99,18 +100,4 @@ BEGIN
     RETURN @extschema@.advlock_edition_token(@extschema@.advlock_key(ns, id), timeout_ms, scope, mode);
 END
 $fn$;
-
-CREATE OR REPLACE FUNCTION @extschema@.advlock_try_with_token(ns pg_catalog.text, id pg_catalog.int8, timeout_ms pg_catalog.int4,
-                                                             scope pg_catalog.text DEFAULT 'session',
-                                                             mode pg_catalog.text DEFAULT 'exclusive')
-RETURNS pg_catalog.int8
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF ns IS NULL OR ns = '' OR id IS NULL THEN
-        PERFORM @extschema@.advlock_edition_check_target('advlock_try_with_token', ns, id IS NULL);
-    END IF;
-    RETURN @extschema@.advlock_edition_token(@extschema@.advlock_key(ns, id), timeout_ms, scope, mode);
-END
-$fn$;
+-- @end forms
