@@ -105,6 +105,20 @@ BEGIN
 END
 $fn$;
 
+-- The error for a NULL key argument (key, keys) of fn, raised only on that error path, so the
+-- uncontended path of the functions checking it makes no extra call.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_null_key(fn pg_catalog.text, argument pg_catalog.text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION 'argument "%" of % must not be null', argument, fn
+        USING ERRCODE = 'null_value_not_allowed',
+              HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+END
+$fn$;
+
 -- The namespace and id checks shared by advlock_key and the acquisition functions, with the
 -- extension's messages (src/keys.rs, src/errors.rs); fn names the function called.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_check_target(fn pg_catalog.text, ns pg_catalog.text, id_is_null pg_catalog.bool)
@@ -506,9 +520,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'argument "key" of advlock_try_with_timeout must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+        PERFORM @extschema@.advlock_edition_null_key('advlock_try_with_timeout', 'key');
     END IF;
     RETURN @extschema@.advlock_edition_acquire('advlock_try_with_timeout', key, timeout_ms, scope, mode);
 END
@@ -555,9 +567,7 @@ DECLARE
     started timestamptz := clock_timestamp();
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'argument "key" of advlock_lock_with_timeout must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+        PERFORM @extschema@.advlock_edition_null_key('advlock_lock_with_timeout', 'key');
     END IF;
     IF NOT @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', key, timeout_ms, scope, mode) THEN
         PERFORM @extschema@.advlock_edition_raise_timeout(key, 'key ' || key, timeout_ms, mode, started);
@@ -617,9 +627,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'argument "key" of advlock_unlock must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+        PERFORM @extschema@.advlock_edition_null_key('advlock_unlock', 'key');
     END IF;
     RETURN @extschema@.advlock_edition_release('advlock_unlock', key,
                                                @extschema@.advlock_edition_mode('advlock_unlock', mode),
@@ -1237,9 +1245,7 @@ DECLARE
 BEGIN
     IF form = 'keys' THEN
         IF keys IS NULL THEN
-            RAISE EXCEPTION 'argument "keys" of % must not be null', fn
-                USING ERRCODE = 'null_value_not_allowed',
-                      HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+            PERFORM @extschema@.advlock_edition_null_key(fn, 'keys');
         END IF;
         SELECT min(i) INTO first_null FROM unnest(keys) WITH ORDINALITY u(v, i) WHERE v IS NULL;
         PERFORM @extschema@.advlock_edition_check_set(fn, 'keys', cardinality(keys), first_null);
@@ -1588,9 +1594,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'argument "key" of advlock_holding must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+        PERFORM @extschema@.advlock_edition_null_key('advlock_holding', 'key');
     END IF;
     RETURN @extschema@.advlock_edition_held(key, @extschema@.advlock_edition_mode('advlock_holding', mode));
 END
@@ -1708,9 +1712,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'argument "key" of advlock_try_with_token must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+        PERFORM @extschema@.advlock_edition_null_key('advlock_try_with_token', 'key');
     END IF;
     RETURN @extschema@.advlock_edition_token(key, timeout_ms, scope, mode);
 END
@@ -2086,6 +2088,8 @@ COMMENT ON FUNCTION @extschema@.advlock_edition_version() IS
   'advlock SQL edition: the advlock version whose core API this script provides';
 COMMENT ON FUNCTION @extschema@.advlock_edition_siphash24(pg_catalog.bytea) IS
   'advlock SQL edition (internal): SipHash-2-4 with an all-zero key of a message, as a signed bigint';
+COMMENT ON FUNCTION @extschema@.advlock_edition_null_key(pg_catalog.text, pg_catalog.text) IS
+  'advlock SQL edition (internal): raises the extension''s error for a NULL key argument';
 COMMENT ON FUNCTION @extschema@.advlock_edition_check_target(pg_catalog.text, pg_catalog.text, pg_catalog.bool) IS
   'advlock SQL edition (internal): raises the extension''s error for a NULL or empty ns or a NULL id';
 COMMENT ON FUNCTION @extschema@.advlock_edition_display(pg_catalog.text) IS

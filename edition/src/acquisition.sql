@@ -323,9 +323,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'argument "key" of advlock_try_with_timeout must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+        PERFORM @extschema@.advlock_edition_null_key('advlock_try_with_timeout', 'key');
     END IF;
     RETURN @extschema@.advlock_edition_acquire('advlock_try_with_timeout', key, timeout_ms, scope, mode);
 END
@@ -359,9 +357,7 @@ DECLARE
     started timestamptz := clock_timestamp();
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'argument "key" of advlock_lock_with_timeout must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+        PERFORM @extschema@.advlock_edition_null_key('advlock_lock_with_timeout', 'key');
     END IF;
     IF NOT @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', key, timeout_ms, scope, mode) THEN
         PERFORM @extschema@.advlock_edition_raise_timeout(key, 'key ' || key, timeout_ms, mode, started);
@@ -401,9 +397,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'argument "key" of advlock_unlock must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+        PERFORM @extschema@.advlock_edition_null_key('advlock_unlock', 'key');
     END IF;
     RETURN @extschema@.advlock_edition_release('advlock_unlock', key,
                                                @extschema@.advlock_edition_mode('advlock_unlock', mode),

@@ -11,6 +11,8 @@ COMMENT ON FUNCTION @extschema@.advlock_edition_version() IS
   'advlock SQL edition: the advlock version whose core API this script provides';
 COMMENT ON FUNCTION @extschema@.advlock_edition_siphash24(pg_catalog.bytea) IS
   'advlock SQL edition (internal): SipHash-2-4 with an all-zero key of a message, as a signed bigint';
+COMMENT ON FUNCTION @extschema@.advlock_edition_null_key(pg_catalog.text, pg_catalog.text) IS
+  'advlock SQL edition (internal): raises the extension''s error for a NULL key argument';
 COMMENT ON FUNCTION @extschema@.advlock_edition_check_target(pg_catalog.text, pg_catalog.text, pg_catalog.bool) IS
   'advlock SQL edition (internal): raises the extension''s error for a NULL or empty ns or a NULL id';
 COMMENT ON FUNCTION @extschema@.advlock_edition_display(pg_catalog.text) IS

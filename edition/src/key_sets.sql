@@ -50,9 +50,7 @@ DECLARE
 BEGIN
     IF form = 'keys' THEN
         IF keys IS NULL THEN
-            RAISE EXCEPTION 'argument "keys" of % must not be null', fn
-                USING ERRCODE = 'null_value_not_allowed',
-                      HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+            PERFORM @extschema@.advlock_edition_null_key(fn, 'keys');
         END IF;
         SELECT min(i) INTO first_null FROM unnest(keys) WITH ORDINALITY u(v, i) WHERE v IS NULL;
         PERFORM @extschema@.advlock_edition_check_set(fn, 'keys', cardinality(keys), first_null);
@@ -368,9 +366,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'argument "key" of advlock_holding must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+        PERFORM @extschema@.advlock_edition_null_key('advlock_holding', 'key');
     END IF;
     RETURN @extschema@.advlock_edition_held(key, @extschema@.advlock_edition_mode('advlock_holding', mode));
 END

@@ -73,6 +73,20 @@ BEGIN
 END
 $fn$;
 
+-- The error for a NULL key argument (key, keys) of fn, raised only on that error path, so the
+-- uncontended path of the functions checking it makes no extra call.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_null_key(fn pg_catalog.text, argument pg_catalog.text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION 'argument "%" of % must not be null', argument, fn
+        USING ERRCODE = 'null_value_not_allowed',
+              HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+END
+$fn$;
+
 -- The namespace and id checks shared by advlock_key and the acquisition functions, with the
 -- extension's messages (src/keys.rs, src/errors.rs); fn names the function called.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_check_target(fn pg_catalog.text, ns pg_catalog.text, id_is_null pg_catalog.bool)

@@ -77,9 +77,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'argument "key" of advlock_try_with_token must not be null'
-            USING ERRCODE = 'null_value_not_allowed',
-                  HINT = 'A NULL key would lock nothing: pass a value for every part of the key.';
+        PERFORM @extschema@.advlock_edition_null_key('advlock_try_with_token', 'key');
     END IF;
     RETURN @extschema@.advlock_edition_token(key, timeout_ms, scope, mode);
 END
