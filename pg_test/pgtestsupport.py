@@ -2,8 +2,8 @@
 leases, monitoring, reliability, upgrade, encodings) and the Python client's tests
 (clients/python/tests). It holds what they share: where the instance is and how to connect to
 it, the admin connection, the advisory locks a test left behind, waiters in the lock queue, the
-archived install scripts, and the bounded poll. Each suite's own support file keeps what only
-it needs (PgBouncer, the exporter and Prometheus, crash helpers, ...).
+archived install scripts, the bounded poll, and PgBouncer in front of an instance. Each suite's
+own support file keeps what only it needs (the exporter and Prometheus, crash helpers, ...).
 
 Typed (mypy --strict checks it with the Python client's tests) and standard library, psycopg
 and pytest only, the three things every suite's venv has.
@@ -15,18 +15,23 @@ from __future__ import annotations
 
 import glob
 import os
+import pwd
 import re
 import shutil
+import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar
+from urllib.parse import quote
 
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.rows import dict_row
 
 T = TypeVar("T")
 
@@ -229,3 +234,145 @@ def archived_scripts_installed() -> Iterator[None]:
     finally:
         for path in placed:
             os.remove(path)
+
+
+# ---------------------------------------------------------------------------- PgBouncer
+
+PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Bouncer:
+    """A running PgBouncer (pgbouncer() starts it) in front of `target`'s database, listening on
+    127.0.0.1:`port`; its ini, userlist, pid file and log are in `directory`."""
+
+    def __init__(self, target: Server, port: int, directory: str, proc: subprocess.Popen[bytes]) -> None:
+        self.target = target
+        self.port = port
+        self.directory = directory
+        self.proc = proc
+
+    @property
+    def url(self) -> str:
+        """A postgresql:// URL of the target's database through this PgBouncer (asyncpg and
+        the Python client take URLs)."""
+        return f"postgresql://{quote(self.target.user)}@127.0.0.1:{self.port}/{quote(self.target.dbname)}"
+
+    def conninfo(self, app: str, **params: Any) -> str:
+        """The target's conninfo (application_name `app`) through this PgBouncer; `params` as
+        for Server.conninfo."""
+        return self.target.conninfo(app, **{"host": "127.0.0.1", "port": self.port, **params})
+
+    def connect(self, app: str, autocommit: bool = True, **params: Any) -> psycopg.Connection[Any]:
+        """A psycopg 3 connection through this PgBouncer. It never prepares: PgBouncer 1.18
+        cannot route server-side prepared statements in transaction pooling. No
+        statement_timeout is sent (a startup `options` PgBouncer may refuse); `params` as for
+        Server.conninfo (connect_timeout, ...)."""
+        return psycopg.connect(self.conninfo(app, **params), autocommit=autocommit, prepare_threshold=None)
+
+    def console(self) -> psycopg.Connection[Any]:
+        """The PgBouncer admin console (simple query protocol only; needs admin_users)."""
+        return self.connect("advlock-test/console", dbname="pgbouncer")
+
+    def show(self, what: str) -> list[dict[str, Any]]:
+        """The rows of the console's SHOW `what` (SERVERS, POOLS, ...), as dicts."""
+        with self.console() as con:
+            return con.cursor(row_factory=dict_row).execute(f"SHOW {what}").fetchall()
+
+    def log(self) -> str:
+        """The end of PgBouncer's log (for failure messages)."""
+        try:
+            with open(os.path.join(self.directory, "pgbouncer.log")) as f:
+                return f.read()[-4000:]
+        except OSError as e:
+            return f"(no log: {e})"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # sudo relays SIGTERM to pgbouncer
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        # Belt and braces: sudo killed or gone before relaying leaves pgbouncer running, which
+        # wrote its pid file as postgres.
+        try:
+            with open(os.path.join(self.directory, "pgbouncer.pid")) as f:
+                pid = int(f.read().strip())
+            with open(f"/proc/{pid}/comm") as f:
+                still_running = f.read().strip() == "pgbouncer"
+        except (OSError, ValueError):
+            still_running = False
+        if still_running:
+            os.kill(pid, 15)
+
+
+@contextmanager
+def pgbouncer(target: Server, pool_mode: Literal["session", "transaction", "statement"], pool_size: int,
+              port: int | None = None, settings: Mapping[str, object] | None = None,
+              prefix: str = "pgbouncer.") -> Iterator[Bouncer]:
+    """PgBouncer in `pool_mode` with a pool of `pool_size` server connections to `target`'s
+    database (as target's user), listening on 127.0.0.1:`port` (default: a free port), trusting
+    every client, with the [pgbouncer] `settings` of the caller on top (they override). Runs as
+    the postgres OS user (sudo -n when this is another user), yields once it serves a query
+    (within 15 s, else the test fails with its log), and is always stopped. Its directory
+    (`prefix`...) is made in ADVLOCK_WORKDIR when set (pg_test/run.sh's run directory, kept with
+    the run's other logs), else in the temp directory, and then removed at the end."""
+    if not os.path.exists(PGBOUNCER):
+        pytest.fail("pgbouncer is not installed (scripts/setup.sh installs it)")
+    port = free_port() if port is None else port
+    workdir = os.environ.get("ADVLOCK_WORKDIR") or None
+    directory = tempfile.mkdtemp(prefix=prefix, dir=workdir)
+    userlist = os.path.join(directory, "userlist.txt")
+    ini = os.path.join(directory, "pgbouncer.ini")
+    merged: dict[str, object] = {
+        "listen_addr": "127.0.0.1", "listen_port": port, "unix_socket_dir": "", "auth_type": "trust",
+        "auth_file": userlist, "pool_mode": pool_mode, "default_pool_size": pool_size,
+        "reserve_pool_size": 0, "max_client_conn": 100,
+        "logfile": os.path.join(directory, "pgbouncer.log"), "pidfile": os.path.join(directory, "pgbouncer.pid"),
+    }
+    merged.update(settings or {})
+    with open(userlist, "w") as f:
+        f.write(f'"{target.user}" ""\n')
+    with open(ini, "w") as f:
+        f.write(f"[databases]\n{target.dbname} = host={target.host} port={target.port} dbname={target.dbname}"
+                f" user={target.user}\n\n[pgbouncer]\n")
+        f.writelines(f"{name} = {value}".rstrip() + "\n" for name, value in merged.items())
+    # pgbouncer refuses to run as root; as postgres it must read its files and write its log.
+    postgres = pwd.getpwnam(USER)
+    if os.geteuid() == 0:
+        for path in (directory, userlist, ini):
+            os.chown(path, postgres.pw_uid, postgres.pw_gid)
+    os.chmod(directory, 0o755)
+    cmd = [PGBOUNCER, ini]
+    if os.geteuid() != postgres.pw_uid:
+        cmd = ["sudo", "-n", "-u", USER, "--", *cmd]
+    with open(os.path.join(directory, "stdout.log"), "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    bouncer = Bouncer(target, port, directory, proc)
+    try:
+        def serves() -> bool:
+            if proc.poll() is not None:
+                pytest.fail(f"pgbouncer exited with {proc.returncode}:\n{bouncer.log()}")
+            try:
+                with bouncer.connect("advlock-test/bouncer-probe") as c:
+                    c.execute("SELECT 1")
+                return True
+            except psycopg.OperationalError:
+                return False
+        try:
+            wait_until(serves, timeout=15, interval=0.1, what=f"pgbouncer on port {port}")
+        except AssertionError as e:
+            pytest.fail(f"{e}:\n{bouncer.log()}")
+        yield bouncer
+    finally:
+        bouncer.stop()
+        if workdir is None:
+            shutil.rmtree(directory, ignore_errors=True)

@@ -27,11 +27,8 @@ clock_timestamp(). Checked afterwards, by server time:
 """
 import collections
 import os
-import pwd
 import random
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 
@@ -39,6 +36,7 @@ import psycopg
 import pytest
 
 import pgsupport
+import pgtestsupport
 from conftest import needs_preload
 from pgsupport import psy
 
@@ -48,7 +46,6 @@ CANDIDATES = 8
 DURATION_S = 30
 RESTART_AT_S = 14
 BOUNCER_PORT = int(os.environ.get("ADVLOCK_CHAOS_BOUNCER_PORT", "6431"))
-PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
 REFUSED = ("LK001", "LK002")   # advlock_fence: a larger term passed; advlock_lease_check: not held
 
@@ -71,56 +68,12 @@ def write(conn, term, rec):
 
 @pytest.fixture
 def bouncer():
-    """PgBouncer in transaction mode with a pool for eight candidates and an observer."""
-    postgres = pwd.getpwnam("postgres")
-    directory = tempfile.mkdtemp(prefix="pgbouncer-chaos.", dir=os.environ.get("ADVLOCK_WORKDIR") or None)
-    ini = os.path.join(directory, "pgbouncer.ini")
-    with open(os.path.join(directory, "userlist.txt"), "w") as f:
-        f.write('"postgres" ""\n')
-    with open(ini, "w") as f:
-        f.write(f"""[databases]
-{pgsupport.DATABASE} = host={pgsupport.HOST} port={pgsupport.PORT} dbname={pgsupport.DATABASE} user=postgres
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = {BOUNCER_PORT}
-unix_socket_dir =
-auth_type = trust
-auth_file = {directory}/userlist.txt
-pool_mode = transaction
-default_pool_size = 16
-reserve_pool_size = 0
-max_client_conn = 100
-server_reset_query =
-server_login_retry = 0
-ignore_startup_parameters = extra_float_digits
-logfile = {directory}/pgbouncer.log
-pidfile = {directory}/pgbouncer.pid
-""")
-    for path in (directory, ini, os.path.join(directory, "userlist.txt")):
-        os.chown(path, postgres.pw_uid, postgres.pw_gid)
-    cmd = [PGBOUNCER, ini] if os.geteuid() == postgres.pw_uid else ["sudo", "-n", "-u", "postgres", "--", PGBOUNCER, ini]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    try:
-        def up():
-            try:
-                with connect_bouncer("chaos-probe") as c:
-                    return c.execute("SELECT 1").fetchone()
-            except psycopg.OperationalError:
-                return None
-        pgsupport.wait_until(up, timeout=15, interval=0.1, what="the chaos pgbouncer")
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
-def connect_bouncer(app):
-    return psycopg.connect(pgsupport.conninfo(app, port=BOUNCER_PORT), autocommit=True, prepare_threshold=None,
-                           connect_timeout=5)
+    """PgBouncer in transaction mode with a pool for eight candidates and an observer; a server
+    login that fails (the restart) is retried at once (server_login_retry = 0)."""
+    settings = {"server_reset_query": "", "server_login_retry": 0, "ignore_startup_parameters": "extra_float_digits"}
+    with pgtestsupport.pgbouncer(pgsupport.PG, "transaction", 16, port=BOUNCER_PORT, settings=settings,
+                                 prefix="pgbouncer-chaos.") as b:
+        yield b
 
 
 class Record:
@@ -138,18 +91,18 @@ class Record:
         self.windows = []       # (observer, start, end, [terms]) of uninterrupted watching
 
 
-def candidate(name, rec, stop):
+def candidate(name, connect, rec, stop):
     conn = None
     rng = random.Random(name)
     while not stop.is_set():
         try:
             if conn is None or conn.closed:
-                conn = connect_bouncer(f"chaos-{name}")
+                conn = connect(f"chaos-{name}")
             term = conn.execute("SELECT advlock_campaign('chaos', 'leader', %s, 300, %s)", (TTL_MS, name)).fetchone()[0]
             if term is None:
                 continue
             rec.won.append((term, name))
-            lead(conn, name, term, rec, rng, stop)
+            lead(conn, connect, name, term, rec, rng, stop)
         except psycopg.Error as e:
             rec.errors.append(f"{type(e).__name__}: {str(e).strip()[:60]}")
             try:
@@ -162,7 +115,7 @@ def candidate(name, rec, stop):
         conn.close()
 
 
-def lead(conn, name, term, rec, rng, stop):
+def lead(conn, connect, name, term, rec, rng, stop):
     """Holds `term`: renews every TTL/4, writes every 20 ms, resigns after a random hold; or
     pauses (no renewals) for 1.5 TTL and then tries a stale write. A broken connection is
     replaced: the term does not belong to it."""
@@ -195,7 +148,7 @@ def lead(conn, name, term, rec, rng, stop):
         except psycopg.OperationalError as e:               # backend terminated: go on elsewhere
             rec.errors.append(type(e).__name__)
             conn.close()
-            conn = reconnect(name)
+            conn = reconnect(connect, name)
             if conn is None:
                 return
     try:
@@ -206,11 +159,11 @@ def lead(conn, name, term, rec, rng, stop):
         rec.errors.append(type(e).__name__)
 
 
-def reconnect(name):
+def reconnect(connect, name):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            return connect_bouncer(f"chaos-{name}")
+            return connect(f"chaos-{name}")
         except psycopg.OperationalError:
             time.sleep(0.1)
     return None
@@ -293,7 +246,11 @@ def test_election_chaos(admin, bouncer, measure):
     admin.execute("CREATE TABLE chaos_log (term bigint NOT NULL, at timestamptz NOT NULL)")
     admin.execute("SELECT advlock_fence_reset('chaos', 'resource')")
     rec, stop, restarted = Record(), threading.Event(), []
-    threads = [threading.Thread(target=candidate, args=(f"c{i}", rec, stop), daemon=True) for i in range(CANDIDATES)]
+
+    def connect_bouncer(app):
+        return bouncer.connect(app, connect_timeout=5)
+    threads = [threading.Thread(target=candidate, args=(f"c{i}", connect_bouncer, rec, stop), daemon=True)
+               for i in range(CANDIDATES)]
     threads += [threading.Thread(target=observer, args=("bouncer", connect_bouncer, rec, stop), daemon=True),
                 threading.Thread(target=observer, args=("direct", lambda app: psy(app), rec, stop), daemon=True),
                 threading.Thread(target=monkey, args=(rec, stop, restarted), daemon=True)]

@@ -12,10 +12,15 @@ from typing import Any, Literal
 
 import psycopg
 import pytest
+from pgtestsupport import pgbouncer
 
 import advlock
-from bouncer import pgbouncer
-from conftest import DSN, AdvisoryLock, advisory_locks, wait_until
+from conftest import PG, AdvisoryLock, advisory_locks, wait_until
+
+# Each pooler's [pgbouncer] settings beyond pgtestsupport.pgbouncer's (a pool of 2 is passed
+# with the mode). Session mode keeps PgBouncer's default server_reset_query (DISCARD ALL), as a
+# deployment would.
+POOLER_SETTINGS = {"min_pool_size": 0, "ignore_startup_parameters": "extra_float_digits,options"}
 
 Driver = Literal["psycopg", "asyncpg"]
 KEY = advlock.key("migrate")
@@ -23,20 +28,20 @@ KEY = advlock.key("migrate")
 
 @pytest.fixture(scope="module")
 def transaction_pooler() -> Iterator[str]:
-    with pgbouncer(DSN, "transaction") as dsn:
-        yield dsn
+    with pgbouncer(PG, "transaction", 2, settings=POOLER_SETTINGS, prefix="advlock-pgbouncer-transaction.") as bouncer:
+        yield bouncer.url
 
 
 @pytest.fixture(scope="module")
 def statement_pooler() -> Iterator[str]:
-    with pgbouncer(DSN, "statement") as dsn:
-        yield dsn
+    with pgbouncer(PG, "statement", 2, settings=POOLER_SETTINGS, prefix="advlock-pgbouncer-statement.") as bouncer:
+        yield bouncer.url
 
 
 @pytest.fixture(scope="module")
 def session_pooler() -> Iterator[str]:
-    with pgbouncer(DSN, "session") as dsn:
-        yield dsn
+    with pgbouncer(PG, "session", 2, settings=POOLER_SETTINGS, prefix="advlock-pgbouncer-session.") as bouncer:
+        yield bouncer.url
 
 
 def enter(dsn: str, driver: Driver | Literal["sync"], timeout: float = 1.0) -> int:
