@@ -99,8 +99,17 @@ pub fn required<T>(value: Option<T>, function: &str, argument: &str) -> T {
     }
 }
 
-/// "1 backend", "2 backends": a count with its noun, singular or plural as the count wants (what
-/// PostgreSQL's errmsg_plural does for its own messages).
+/// The noun a count wants, singular or plural (what PostgreSQL's errmsg_plural does for its own
+/// messages).
+pub fn noun<'a>(n: usize, singular: &'a str, plural: &'a str) -> &'a str {
+    if n == 1 {
+        singular
+    } else {
+        plural
+    }
+}
+
+/// "1 backend", "2 backends": a count with its noun.
 pub fn counted(n: usize, singular: &str, plural: &str) -> String {
-    format!("{n} {}", if n == 1 { singular } else { plural })
+    format!("{n} {}", noun(n, singular, plural))
 }

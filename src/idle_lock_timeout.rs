@@ -27,7 +27,7 @@
 //! Leases are not lock-manager locks and are never looked at. CONTRIBUTING.md ("Idle session
 //! locks: why in the backend") has the measurements behind this choice.
 use crate::backend;
-use crate::errors::counted;
+use crate::errors::{counted, noun};
 use crate::gucs::IDLE_SESSION_LOCK_TIMEOUT_MS;
 use crate::lock_mode::Mode;
 use crate::lockmgr::{self, AdvisoryKey};
@@ -267,7 +267,7 @@ fn terminate(held: &[lockmgr::AdvisoryEntry], idle_us: i64, timeout_ms: i32) -> 
     let idle = format!("{:.3} s", idle_us as f64 / 1e6);
     let message = format!(
         "terminating connection due to advlock.idle_session_lock_timeout: pid {me} (application_name \"{application_name}\") idle for {idle} holding session advisory {} {keys}",
-        if held.len() == 1 { "lock" } else { "locks" }
+        noun(held.len(), "lock", "locks")
     );
     let detail = format!(
         "{} held while idle outside a transaction for {idle}; advlock.idle_session_lock_timeout is {timeout_ms} ms. Exiting releases them.",
