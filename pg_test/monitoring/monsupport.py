@@ -22,6 +22,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # The suites' shared helpers (wait_until re-exported for the tests).
 from pgtestsupport import Server, wait_until  # noqa: E402,F401
+import pgtestsupport  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -124,9 +125,7 @@ _port_cursor = 0
 def free_port() -> int:
     global _port_cursor
     if not _PORTS:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+        return pgtestsupport.free_port()
     first, last = (int(p) for p in _PORTS.split("-"))
     for _ in range(last - first + 1):
         port = first + _port_cursor % (last - first + 1)
