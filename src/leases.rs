@@ -206,9 +206,6 @@ pub(crate) fn take(
             )
         });
         crate::provisional::lease_taken(id);
-        if !candidate.is_empty() {
-            crate::election::term_started(&target, id, &candidate);
-        }
         Some(id)
     })
     .catch_others(|error| {
