@@ -29,4 +29,4 @@ export {
 export { type Driver, SessionLock, type SessionLockOptions, sessionLock, withSessionLock } from "./session.js";
 export { type Lease, type LeaseOptions, type LeaseSource, lease } from "./lease.js";
 export type { PgClientLike, PgPoolLike, PostgresJsLike } from "./driver.js";
-export const version = "0.5.0";
+export const version = "0.6.0";
