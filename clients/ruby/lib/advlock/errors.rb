@@ -69,6 +69,25 @@ module Advlock
   # What the lease's renewal thread raises into the block's thread with interrupt: true.
   class LeaseInterrupted < LeaseLost; end
 
+  # advlock_fence refused this writer's token (SQLSTATE LK001): a larger token has already passed
+  # the fence, so a newer holder has taken over. The transaction is aborted: roll it back and stop
+  # writing. #token is the refused token, #passed the one that had passed (from the server's
+  # message), #detail the server's DETAIL.
+  class FenceRefused < Error
+    attr_reader :token, :passed, :detail
+
+    def initialize(message = nil, token: nil, passed: nil, detail: nil)
+      super(detail ? "#{message}\nDETAIL: #{detail}" : message)
+      @token = token
+      @passed = passed
+      @detail = detail
+    end
+  end
+
+  # advlock_lease_check found the lease no longer held (SQLSTATE LK002) inside the writer's
+  # transaction: it expired or was released. The transaction is aborted: roll it back.
+  class LeaseNotHeld < LeaseLost; end
+
   # This database has no leases: the SQL edition (or an extension version before them).
   class LeasesUnavailable < Error; end
 
