@@ -9,6 +9,7 @@
 module Advlock
 end
 
+require "io/wait"
 require "pg"
 require_relative "advlock/version"
 require_relative "advlock/errors"

@@ -58,6 +58,10 @@ module Advlock
   # block did after that was not protected. Raised at the end of the block, never swallowed.
   class LockLost < Error; end
 
+  # What a session lock's watchdog raises into the block's thread with interrupt: true when the
+  # lock's connection closes, and what leaving the block then raises.
+  class LockInterrupted < LockLost; end
+
   # The lease stayed busy for the whole bounded wait: #holders has the holders' pid and
   # application_name (from advlock_leases).
   class LeaseTimeout < LockTimeout; end
