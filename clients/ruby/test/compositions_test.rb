@@ -3,7 +3,8 @@
 require_relative "test_helper"
 
 # Where two features meet (clients/SCENARIOS.md, "compositions"): the idle-lock timeout set
-# server-wide while session locks are held and the lock connection terminated mid-body.
+# server-wide while session locks are held, the lock connection terminated mid-body, and a
+# statement_timeout shorter than a lock's wait.
 class CompositionsTest < AdvlockCase
   def epoch(conn)
     conn.exec("SELECT extract(epoch FROM clock_timestamp())").getvalue(0, 0).to_f
@@ -137,5 +138,44 @@ class CompositionsTest < AdvlockCase
       end
     end
     sleep 0.05
+  end
+
+  def test_s44_statement_timeout_shorter_than_the_wait_is_the_servers_57014
+    with_conn("holder") do |holder|
+      holder.transaction do
+        Advlock.lock(holder, "account", 42, timeout: 1)
+        with_conn("waiter") do |waiter|
+          waiter.exec("SET statement_timeout = '300ms'")
+          lock_timeout = waiter.exec("SHOW lock_timeout").getvalue(0, 0)
+          started = now
+          e = assert_raises(PG::QueryCanceled) do
+            waiter.transaction { Advlock.lock(waiter, "account", 42, timeout: 5) }
+          end
+          took = now - started
+          assert_operator took, :>=, 0.29
+          assert_operator took, :<, 2, "the wait ran #{took} s: statement_timeout was overridden"
+          assert_instance_of PG::QueryCanceled, e # passed through unchanged, not a LockTimeout
+          assert_equal "57014", e.result.error_field(PG::PG_DIAG_SQLSTATE)
+          assert_equal lock_timeout, waiter.exec("SHOW lock_timeout").getvalue(0, 0)
+          assert_empty advisory_locks(admin, waiter.backend_pid) # nothing held or queued
+          assert_equal [[holder.backend_pid, true, "ExclusiveLock", Advlock.key("account", 42)]], advisory_locks(admin)
+        end
+      end
+    end
+  end
+
+  def test_s44_lease_renewals_are_unaffected_by_a_short_statement_timeout
+    needs_leases!
+    pool = TinyPool.new(2, "s44", dsn: "#{DSN}?options=-c%20statement_timeout%3D300ms")
+    lease = Advlock.lease(pool, "report", "s44", ttl: 0.6, timeout: 1) do |l|
+      assert_equal("300ms", pool.with { |c| c.exec("SHOW statement_timeout").getvalue(0, 0) })
+      sleep 2
+      l.check!
+      l
+    end
+    assert_nil lease.lost
+    assert_operator lease.renewals, :>=, 8
+  ensure
+    pool&.close
   end
 end
