@@ -70,7 +70,8 @@ module Advlock
   # it), or no renewal succeeded before the renew deadline.
   class LeaseLost < LockLost; end
 
-  # What the lease's renewal thread raises into the block's thread with interrupt: true.
+  # What the lease's renewal thread raises into the block's thread with interrupt: true, and what
+  # leaving the block then raises (also when the block swallowed it).
   class LeaseInterrupted < LeaseLost; end
 
   # advlock_fence refused this writer's token (SQLSTATE LK001): a larger token has already passed

@@ -135,6 +135,7 @@ module Advlock
       @stopped_at_deadline = false
       @last_error = nil
       @closing = false
+      @interrupted = false
       @mutex = Mutex.new
       @stop = ConditionVariable.new
     end
@@ -242,8 +243,11 @@ module Advlock
       "advlock_key('#{@ns}', '#{@id}')"
     end
 
+    # LeaseInterrupted once the block was interrupted (interrupt: true): what it was raised with
+    # is what leaving the block raises, also when the block swallowed it.
     def lost_error
-      LeaseLost.new("the #{what} on #{label} (token #{@token}) was lost: #{@lost.message}")
+      (@interrupted ? LeaseInterrupted : LeaseLost).new("the #{what} on #{label} (token #{@token}) was lost: " \
+                                                        "#{@lost.message}")
     end
 
     def timeout_error(rows)
@@ -312,7 +316,8 @@ module Advlock
     def stop_body
       return unless @interrupt
 
-      @body.raise(LeaseInterrupted, "the #{what} on #{label} (token #{@token}) was lost: #{@lost.message}")
+      @interrupted = true
+      @body.raise(lost_error)
     end
 
     def close
@@ -343,11 +348,12 @@ module Advlock
     # advlock_wait_lease; LeaseTimeout after, naming the holders), renewed by a background thread
     # on any pooled connection, released at the end of the block whatever happens. Yields the
     # Lease: #token is the lease id and its fencing token. The block is stopped at the renew
-    # deadline, `renew_deadline` seconds (default 2/3 of ttl) after the last renewal was sent,
-    # before the server's TTL runs out: #check! raises LeaseLost from then on, and with
+    # deadline, `renew_deadline` seconds (default 2/3 of ttl) after the grant or the last renewal
+    # sent, before the server's TTL runs out: #check! raises LeaseLost from then on, and with
     # interrupt: true LeaseInterrupted (a LeaseLost) is raised into the block's thread at once.
-    # The end of the block raises LeaseLost if the lease was lost. `slots: N` lets N leases hold
-    # the key at once. Needs advlock in shared_preload_libraries (NotPreloaded otherwise).
+    # The end of the block raises LeaseLost if the lease was lost (LeaseInterrupted if it
+    # interrupted the block). `slots: N` lets N leases hold the key at once. Needs advlock in
+    # shared_preload_libraries (NotPreloaded otherwise).
     def lease(source, ns, id = "", ttl:, timeout:, slots: 1, renew_deadline: nil, schema: nil, interrupt: false,
               &block)
       lease = Lease.new(source, ns, id, ttl, timeout, slots, renew_deadline, schema, interrupt)
