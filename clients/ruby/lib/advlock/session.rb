@@ -156,11 +156,9 @@ module Advlock
       end
       Thread.handle_interrupt(LockInterrupted => :never) do
         watch
-        begin
-          Thread.handle_interrupt(LockInterrupted => :immediate) { yield self }
-        ensure
-          release
-        end
+        Thread.handle_interrupt(LockInterrupted => :immediate) { yield self }
+      ensure
+        release
       end
     end
 
