@@ -217,7 +217,8 @@ module Advlock
     def watch
       @body = Thread.current
       socket = @conn.socket_io
-      stop, @stop_watch = IO.pipe
+      # Written to by stop_watching; both ends are closed there, after the watchdog has ended.
+      stop, @stop_watch = @stop_pipe = IO.pipe
       @watchdog = Thread.new do
         loop do
           break if IO.select([socket, stop])[0].include?(stop)
@@ -227,8 +228,6 @@ module Advlock
       rescue IOError, SystemCallError => e # the socket closed under the select
         @io_lock.synchronize { @lost ||= e }
         interrupt_body
-      ensure
-        stop.close
       end
       @watchdog.report_on_exception = false
     end
@@ -276,9 +275,9 @@ module Advlock
       @closing = true
       return unless @watchdog
 
-      @stop_watch.write("x")
+      @stop_watch.write("x") # the read end is open until here: the watchdog may have ended already
       @watchdog.join
-      @stop_watch.close
+      @stop_pipe.each(&:close)
       # A LockInterrupted the watchdog raised just before: taken back here, not left pending.
       begin
         Thread.handle_interrupt(LockInterrupted => :immediate) { nil }
@@ -491,9 +490,13 @@ module Advlock
     # transaction or statement mode is refused (UnsafePooler); behind any pooler the lock is held
     # inside one transaction block, which keeps the server session. Waits at most `timeout`
     # seconds (through CALL advlock_wait_lock, holding no snapshot; inside the statement behind a
-    # pooler and in the SQL edition), then LockTimeout naming the holder. At the end of the block
-    # it unlocks and closes the connection; if the connection was lost meanwhile, LockLost is
-    # raised instead of passing silently.
+    # pooler and in the SQL edition), then LockTimeout naming the holder. The connection opts out
+    # of advlock.idle_session_lock_timeout for itself (where the setting exists), and a watchdog
+    # thread waits on its socket: once the server closes it, #lost is set, #check! raises
+    # LockLost, and with interrupt: true LockInterrupted (a LockLost) is raised into the block's
+    # thread. At the end of the block it unlocks and closes the connection; if the connection was
+    # lost meanwhile, LockLost (LockInterrupted if it interrupted the block) is raised, caused by
+    # the connection error, instead of passing silently.
     def session_lock(dsn, ns, id = "", timeout:, shared: false, application_name: nil, schema: nil, interrupt: false,
                      &block)
       held = HeldLock.new(dsn, ns, id, timeout, shared, application_name, schema, interrupt)
