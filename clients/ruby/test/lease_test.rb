@@ -266,6 +266,21 @@ class LeaseTest < AdvlockCase
     pw&.close
   end
 
+  def test_s26_a_holder_without_application_name_is_named_so
+    needs_leases!
+    ph = TinyPool.new(1, "")
+    pw = TinyPool.new(1, "waiter")
+    Advlock.lease(ph, "report", "daily", ttl: 5.0, timeout: 0) do
+      e = assert_raises(Advlock::LeaseTimeout) do
+        Advlock.lease(pw, "report", "daily", ttl: 5.0, timeout: 0) { flunk "must not get the lease" }
+      end
+      assert_match(/held by PID \d+ \(no application_name\)\z/, e.message)
+    end
+  ensure
+    ph&.close
+    pw&.close
+  end
+
   def test_s26_semaphore_slots
     needs_leases!
     pool = TinyPool.new(2, "lease-pool")

@@ -76,10 +76,7 @@ module Advlock
       @ns = Key.check_ns(ns)
       @id = Key.id_text(id)
       @key = Key.key(ns, id)
-      @wait_ms = Args.timeout_ms(wait, "wait")
-      if @wait_ms.zero?
-        raise ArgumentError, "wait must be a positive number of seconds (each wait's bound), got #{wait.inspect}"
-      end
+      @wait_ms = Args.positive_ms(wait, "wait")
       unless known_term.nil? || known_term.is_a?(Integer)
         raise TypeError, "known_term must be an Integer (a term) or nil, got #{known_term.class}"
       end

@@ -112,8 +112,7 @@ module Advlock
       @ns = Key.check_ns(ns)
       @id = Key.id_text(id)
       @key = Key.key(ns, id)
-      @ttl_ms = Args.timeout_ms(ttl, "ttl")
-      raise ArgumentError, "ttl must be a positive number of seconds, got #{ttl.inspect}" if @ttl_ms.zero?
+      @ttl_ms = Args.positive_ms(ttl, "ttl")
 
       @timeout_ms = Args.timeout_ms(timeout)
       @slots = Args.slots(slots)
@@ -251,7 +250,7 @@ module Advlock
     end
 
     def timeout_error(rows)
-      held_by = rows.map { |p, app| "PID #{p} (application_name #{app.inspect})" }
+      held_by = rows.map { |p, app| Args.holder_text(p, app) }
       LeaseTimeout.new(
         "could not obtain a #{what} on key #{@key} = #{label} within #{@timeout_ms} ms" \
         "#{@slots > 1 ? " (#{@slots} slots)" : ''}#{held_by.empty? ? '' : ": held by #{held_by.join('; ')}"}",

@@ -451,7 +451,7 @@ module Advlock
     end
 
     def timeout_error(rows)
-      held_by = rows.map { |p, app, state| "PID #{p} (application_name #{app.inspect}, state #{state.inspect})" }
+      held_by = rows.map { |p, app, state| Args.holder_text(p, app, state) }
       LockTimeout.new(
         "could not obtain #{@mode} session lock on key #{@key} = advlock_key('#{@ns}', '#{@id}') within " \
         "#{@timeout_ms} ms#{held_by.empty? ? '' : ": held by #{held_by.join('; ')}"}",
