@@ -116,7 +116,7 @@ module Advlock
 
       @timeout_ms = Args.timeout_ms(timeout)
       @slots = Args.slots(slots)
-      @renew_deadline_ms = renew_deadline.nil? ? @ttl_ms * 2 / 3 : Args.timeout_ms(renew_deadline, "renew_deadline")
+      @renew_deadline_ms = renew_deadline.nil? ? @ttl_ms * 2 / 3 : Args.positive_ms(renew_deadline, "renew_deadline")
       unless @renew_deadline_ms.positive? && @renew_deadline_ms < @ttl_ms
         raise ArgumentError, "renew_deadline must be more than 0 and less than ttl (#{ttl.inspect} s): the block " \
                              "must stop before the server ends the lease, got #{renew_deadline.inspect}"
@@ -214,7 +214,12 @@ module Advlock
       raise timeout_error(@source.query(WHO, [@key])) if token.nil?
 
       @token = token
-      @deadline = granted_deadline(sent_at, waited)
+      begin
+        @deadline = granted_deadline(sent_at, waited)
+      rescue Exception # rubocop:disable Lint/RescueException -- also Timeout and Thread#raise: nobody would renew it
+        release_quietly
+        raise
+      end
     rescue PG::Error => e
       unavailable = Lease.unavailable(e)
       raise unavailable if unavailable
@@ -233,9 +238,22 @@ module Advlock
 
       asked_at = now
       remaining = @source.query(REMAINING, [@token]).first&.first
-      return deadline if remaining.nil? # already ended: the first renewal says so
+      if remaining.nil?
+        @mutex.synchronize do
+          mark_lost(Error.new("the #{what} had already ended when its grant was read (released or expired)"))
+        end
+        return deadline
+      end
 
       [deadline, asked_at + Float(remaining) - ((@ttl_ms - @renew_deadline_ms) / 1000.0)].max
+    end
+
+    # A lease granted but not taken up (reading its grant failed): released, not left to run out
+    # while nobody renews it; the error that stopped it is what the caller sees.
+    def release_quietly
+      @source.query(self.class::RELEASE, [@token])
+    rescue StandardError
+      nil
     end
 
     def label
