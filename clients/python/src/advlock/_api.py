@@ -54,6 +54,14 @@ def timeout_ms(timeout: object, name: str = "timeout") -> int:
     return ms
 
 
+def positive_ms(seconds: object, name: str) -> int:
+    """A duration that must be more than 0 (a TTL, a wait's bound), in ms: one message for 0
+    and for a negative number alike."""
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and not seconds > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {seconds!r}")
+    return timeout_ms(seconds, name)
+
+
 def mode_of(shared: object) -> str:
     if not isinstance(shared, bool):
         raise TypeError(f"shared must be a bool, got {type(shared).__name__}")

@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 from ._api import mode_of, timeout_ms
 from ._drivers import LOOKUP_SQL, SCHEMA, check_schema, qualify, schema_prefix
 from ._dsn import normalize
-from ._errors import Holder, LockLost, LockTimeout, UnsafePooler
+from ._errors import Holder, LockLost, LockTimeout, UnsafePooler, holder_text
 from ._key import check_ns, id_text, key
 
 Row = tuple[Any, ...]
@@ -317,7 +317,7 @@ class _Base:
         return self._sql(_WHO), [self.key]
 
     def _timeout(self, rows: list[Row]) -> LockTimeout:
-        held_by = "; ".join(f"PID {r[0]} (application_name {r[1]!r}, state {r[2]!r})" for r in rows)
+        held_by = "; ".join(holder_text(r[0], r[1], r[2]) for r in rows)
         e = LockTimeout(
             f"could not obtain {self.mode} session lock on key {self.key} = advlock_key('{self.ns}', '{self.id}')"
             f" within {self.timeout_ms} ms" + (f": held by {held_by}" if held_by else "")
