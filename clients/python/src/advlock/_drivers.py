@@ -177,8 +177,10 @@ class _PsycopgSync(SyncAdapter):
         from psycopg.rows import tuple_row
 
         # An explicit row factory: the caller's (dict_row, ...) must not change what we read.
+        # prepare=False: psycopg prepares a statement run 5 times on a connection, by name, which
+        # a transaction-mode pooler (PgBouncer before 1.21) loses or hands to another client.
         with self.conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(sql.format(*["%s"] * len(args)), list(args))
+            cur.execute(sql.format(*["%s"] * len(args)), list(args), prepare=False)
             return list(cur.fetchall())
 
     def xact_problem(self) -> str | None:
@@ -199,7 +201,7 @@ class _PsycopgAsync(AsyncAdapter):
         # On asyncio cancellation psycopg sends a cancel request and waits for the server to
         # end the statement, so a cancelled wait leaves no waiter behind (tested).
         async with self.conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(sql.format(*["%s"] * len(args)), list(args))
+            await cur.execute(sql.format(*["%s"] * len(args)), list(args), prepare=False)
             return list(await cur.fetchall())
 
     async def xact_problem(self) -> str | None:
@@ -219,8 +221,15 @@ class _Asyncpg(AsyncAdapter):
         # When the awaiting task is cancelled, asyncpg sends the server a cancel request and
         # makes the connection's next command (the enclosing transaction's ROLLBACK) wait for
         # it: the wait ends on the server, and the rollback drops anything granted meanwhile.
+        #
+        # The unnamed statement (name=""), never asyncpg's statement cache: the cache prepares
+        # every query by name (statement_cache_size, default 100), which a transaction-mode
+        # pooler (PgBouncer before 1.21) loses when the next transaction runs on another server
+        # connection. asyncpg sends the unnamed statement's Parse and its Bind/Execute without a
+        # Sync between them, so a pooler keeps them on one server connection.
         placeholders = [f"${i}" for i in range(1, len(args) + 1)]
-        return [tuple(r) for r in await self.conn.fetch(sql.format(*placeholders), *args)]
+        statement = await self.conn.prepare(sql.format(*placeholders), name="")
+        return [tuple(r) for r in await statement.fetch(*args)]
 
     async def xact_problem(self) -> str | None:
         if self.conn.is_in_transaction():
