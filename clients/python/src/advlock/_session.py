@@ -33,8 +33,8 @@ the wait runs inside the statement.
 from __future__ import annotations
 
 import asyncio
-import os
-import select
+import selectors
+import socket
 import threading
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeAlias
@@ -365,7 +365,9 @@ class _Base:
 
 
 class HeldLock(_Base):
-    """A session lock on its own blocking (psycopg) connection: `with session_lock(...) as held`."""
+    """A session lock on its own blocking (psycopg) connection: `with session_lock(...) as held`.
+    Nothing can interrupt a blocking body: when the connection dies, `lost` is set and `check()`
+    raises LockLost; call it between steps."""
 
     def __enter__(self) -> HeldLock:
         import psycopg
@@ -435,20 +437,25 @@ class HeldLock(_Base):
         no statement of ours is running: the server sent something unasked, which on an idle
         connection means it is closing it (a FATAL, then EOF). holding() then reads it, and the
         loss is recorded (`lost`, `check()` raises): within moments of the server closing it."""
-        self._stop_r, self._stop_w = os.pipe()
+        # A socket pair to stop it (selectable everywhere, unlike a pipe on Windows).
+        self._stop_r, self._stop_w = socket.socketpair()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._conn.fileno(), selectors.EVENT_READ, "connection")
+        self._selector.register(self._stop_r, selectors.EVENT_READ, "stop")
         self._watchdog = threading.Thread(
-            target=self._watching, name=f"advlock session_lock {self.key} watchdog", daemon=True
+            target=self._watchdog_loop, name=f"advlock session_lock {self.key} watchdog", daemon=True
         )
         self._watchdog.start()
 
-    def _watching(self) -> None:
-        fd = self._conn.fileno()
+    def _watchdog_loop(self) -> None:
         while self.lost is None:
-            readable, _, _ = select.select([fd, self._stop_r], [], [])
-            if self._stop_r in readable:
+            if "stop" in {key.data for key, _ in self._selector.select()}:
                 return
             with self._using:
-                if not select.select([fd], [], [], 0)[0]:
+                ready = {key.data for key, _ in self._selector.select(0)}
+                if "stop" in ready:
+                    return
+                if "connection" not in ready:
                     continue  # it was the answer to a statement of ours, read meanwhile
                 if not self.holding() and self.lost is None:
                     self.lost = RuntimeError("advlock_holding says this connection no longer holds the lock")
@@ -456,11 +463,12 @@ class HeldLock(_Base):
     def _unwatch(self) -> None:
         if self._watchdog is None:
             return
-        os.write(self._stop_w, b"x")
+        self._stop_w.send(b"x")
         self._watchdog.join()
         self._watchdog = None
-        os.close(self._stop_r)
-        os.close(self._stop_w)
+        self._selector.close()
+        self._stop_r.close()
+        self._stop_w.close()
 
     def _row(self, sql: str, args: list[object]) -> Row:
         return self._rows(sql, args)[0]
@@ -605,6 +613,7 @@ class AsyncHeldLock(_Base):
     _body: asyncio.Task[Any] | None = None
     _watched_fd = -1
     _watching = False
+    _watched: socket.socket
     _cancelled_body = False
     _probe: asyncio.Task[None] | None = None
 
@@ -613,7 +622,9 @@ class AsyncHeldLock(_Base):
         if self.driver == "asyncpg":
             self._conn.add_termination_listener(self._terminated)
             return
-        self._watched_fd = os.dup(self._conn.fileno())
+        # A duplicate of the socket (socket.fromfd duplicates the descriptor, on Windows too).
+        self._watched = socket.fromfd(self._conn.fileno(), socket.AF_INET, socket.SOCK_STREAM)
+        self._watched_fd = self._watched.fileno()
         self._watching = True
         self._resume_watch()
 
@@ -657,7 +668,7 @@ class AsyncHeldLock(_Base):
         self._watching = False
         if self._watched_fd >= 0:
             self._pause_watch()
-            os.close(self._watched_fd)
+            self._watched.close()
             self._watched_fd = -1
 
     async def _row(self, sql: str, args: list[object]) -> Row:
@@ -772,7 +783,10 @@ def session_lock(
     transaction or statement mode is refused (UnsafePooler). Waits at most `timeout` seconds,
     holding no snapshot (CALL advlock_wait_lock), then LockTimeout naming the holder;
     `held.token` is its fencing token, `held.pid` the server backend, `held.holding()` asks
-    the server whether it is still held. On exit it unlocks and closes the connection; if the
-    connection was lost meanwhile, LockLost is raised instead of passing silently. `schema`:
-    where advlock is installed (default: found on the connection)."""
+    the server whether it is still held. The connection opts out of
+    advlock.idle_session_lock_timeout for itself (it sits idle holding the lock on purpose), and
+    a watchdog waiting on its socket notices when the server closes it: `held.lost` is set, an
+    asyncio body is cancelled, `held.check()` raises LockLost. On exit it unlocks and closes the
+    connection; if the connection was lost meanwhile, LockLost is raised instead of passing
+    silently. `schema`: where advlock is installed (default: found on the connection)."""
     return SessionLock(dsn, ns, id, timeout, shared, application_name, schema, driver=driver)
