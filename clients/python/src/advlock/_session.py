@@ -457,8 +457,14 @@ class HeldLock(_Base):
                     return
                 if "connection" not in ready:
                     continue  # it was the answer to a statement of ours, read meanwhile
-                if not self.holding() and self.lost is None:
-                    self.lost = RuntimeError("advlock_holding says this connection no longer holds the lock")
+                self._read_unasked()
+
+    def _read_unasked(self) -> None:
+        try:
+            if not self.holding() and self.lost is None:
+                self.lost = RuntimeError("advlock_holding says this connection no longer holds the lock")
+        except Exception as e:  # whatever the server sent, the lock can no longer be vouched for
+            self.lost = e
 
     def _unwatch(self) -> None:
         if self._watchdog is None:
@@ -641,8 +647,11 @@ class AsyncHeldLock(_Base):
         self._probe = asyncio.get_running_loop().create_task(self._read_unasked())
 
     async def _read_unasked(self) -> None:
-        if not await self.holding() and self.lost is None:
-            self.lost = RuntimeError("advlock_holding says this connection no longer holds the lock")
+        try:
+            if not await self.holding() and self.lost is None:
+                self.lost = RuntimeError("advlock_holding says this connection no longer holds the lock")
+        except Exception as e:  # whatever the server sent, the lock can no longer be vouched for
+            self.lost = e
         if self.lost is not None:
             self._stop_body()
 
