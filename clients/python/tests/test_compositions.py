@@ -21,7 +21,7 @@ import psycopg
 import psycopg_pool
 import pytest
 from pgtestsupport import pgbouncer
-from sqlalchemy import make_url
+from sqlalchemy import create_engine, make_url
 
 import advlock
 from conftest import DSN, PG, advisory_locks, connect, needs_leases, server_kind, wait_until
@@ -314,6 +314,27 @@ def test_s43_asyncpg_100_calls_on_one_connection_through_pgbouncer(transaction_p
         return servers
 
     assert len(asyncio.run(main())) == 2
+
+
+def test_s43_sqlalchemy_psycopg_100_calls_on_one_connection_through_pgbouncer(transaction_pooler: str) -> None:
+    """SQLAlchemy runs advlock's statements as its own (no prepare=False to pass): the client
+    turns psycopg's prepare_threshold off for them, and back to the engine's after."""
+    engine = create_engine(make_url(transaction_pooler).set(drivername="postgresql+psycopg"))
+    try:
+        with engine.connect() as conn:
+            servers = set()
+            for i in range(CALLS):
+                with conn.begin(), advlock.lock(conn, "s43", i % 7, timeout=1.0):
+                    raw: Any = conn.connection.driver_connection
+                    servers.add(server_pid(raw.execute("SELECT pg_backend_pid()", prepare=False).fetchall()))
+                with conn.begin():
+                    assert advlock.try_lock(conn, "s43", i % 7) is True
+                assert advlock.holders(conn, "s43", i % 7) == []
+                conn.commit()
+            assert raw.prepare_threshold == 5  # the engine's setting, unchanged
+            assert len(servers) == 2
+    finally:
+        engine.dispose()
 
 
 @needs_leases()

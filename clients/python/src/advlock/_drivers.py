@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ._errors import NotInstalled
@@ -257,6 +257,23 @@ def _sa_autocommit(connection: Any, raw: Any) -> bool:
     return bool(option == "AUTOCOMMIT" or getattr(raw.dbapi_connection, "autocommit", False))
 
 
+@contextlib.contextmanager
+def _unprepared(driver_connection: object) -> Iterator[None]:
+    """psycopg prepares a statement by name from its fifth run on a connection
+    (prepare_threshold), and SQLAlchemy passes no prepare=False: advlock's statements run with
+    it off, then it is put back (the application's own statements keep its setting)."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(driver_connection, (psycopg.Connection, psycopg.AsyncConnection)):
+        yield
+        return
+    saved = driver_connection.prepare_threshold
+    driver_connection.prepare_threshold = None
+    try:
+        yield
+    finally:
+        driver_connection.prepare_threshold = saved
+
+
 class _SASync(SyncAdapter):
     def __init__(self, conn: Any, is_session: bool, schema: str | None) -> None:
         self.conn = conn
@@ -269,7 +286,8 @@ class _SASync(SyncAdapter):
 
     def execute(self, sql: str, args: Sequence[object]) -> list[Row]:
         stmt, params = _sa_bind(sql, args)
-        return [tuple(r) for r in self.conn.execute(stmt, params).all()]
+        with _unprepared(self.raw()):
+            return [tuple(r) for r in self.conn.execute(stmt, params).all()]
 
     def xact_problem(self) -> str | None:
         # SQLAlchemy 2.0 begins a transaction on first execute, so only AUTOCOMMIT is a problem.
@@ -289,7 +307,8 @@ class _SAAsync(AsyncAdapter):
 
     async def execute(self, sql: str, args: Sequence[object]) -> list[Row]:
         stmt, params = _sa_bind(sql, args)
-        result = await self.conn.execute(stmt, params)
+        with _unprepared(await self.raw()):
+            result = await self.conn.execute(stmt, params)
         return [tuple(r) for r in result.all()]
 
     async def xact_problem(self) -> str | None:
