@@ -195,8 +195,8 @@ install_sysroot() {
 }
 
 # detach_installed_library PG_CONFIG: `cargo pgrx test` installs its build by copying over the
-# installed advlock.so in place (cargo-pgrx's install), which crashes a server of that major
-# that has the file mapped (a preloaded one: another checkout's, a kept instance). So the
+# installed advlock.so in place (cargo-pgrx's install), which crashes a server of that tree
+# that has the file mapped (a preloaded one: an instance kept running from the test tree). So the
 # installed file is first replaced by a copy of itself, renamed over it: such a server keeps the
 # old inode, and the in-place copy writes the new one, which no server has mapped yet (one that
 # loads advlock during the build would; scripts/install_ext.sh, used for every other install,
