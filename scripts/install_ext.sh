@@ -29,6 +29,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 pgc=${1:-${ADVLOCK_PG_CONFIG:-$(test_pg_config_for "$ADVLOCK_DEFAULT_MAJOR")}}
+# Into a test tree, with the test command's PGRX_HOME (unless one is set): pgrx-pg-sys regenerates
+# its bindings whenever the pgrx configuration it was built with changes.
+case $pgc in "$ADVLOCK_TEST_PG_ROOT"/*) export PGRX_HOME=${PGRX_HOME:-$ADVLOCK_TEST_PGRX_HOME} ;; esac
 
 stage=$(mktemp -d /tmp/advlock-install-stage.XXXXXX)
 trap 'rm -rf "$stage"' EXIT

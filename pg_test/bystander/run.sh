@@ -84,7 +84,8 @@ start)
 check)
   [ -f "$dir/start_time" ] || { echo "bystander 0 1 never started" >>"$summary"; exit 1; }
   preloaded=$(cat "$dir/preloaded") postmaster=$(cat "$dir/postmaster.pid")
-  check "the server answers" q "SELECT 1"
+  answers() { [ "$(q "SELECT 1")" = 1 ]; }
+  check "the server answers" answers
   check "the postmaster is the same process (pid $postmaster)" \
     bash -c "kill -0 $postmaster && [ \"\$(head -1 '$dir/data/postmaster.pid')\" = $postmaster ]"
   check "its start time is the same ($(cat "$dir/start_time")): never restarted" \
