@@ -73,7 +73,9 @@ if major_from_debian "$major"; then
     extra=(); prefix="pg$major-pkg-"
     [ $conf = preloaded ] && extra=("shared_preload_libraries = 'advlock'") prefix="pg$major-pkg-preload-"
     pg_kill
-    if check "PostgreSQL $major starts on $suite ($conf)" pg_start "max_connections = 200" "${extra[@]}"; then
+    # (TCP on loopback too: a spec connects back through dblink to host=127.0.0.1.)
+    if check "PostgreSQL $major starts on $suite ($conf)" \
+         pg_start "max_connections = 200" "listen_addresses = '127.0.0.1'" "${extra[@]}"; then
       regress "${prefix}regress" || status=1
       regress "${prefix}isolation" isolation || status=1
     else
