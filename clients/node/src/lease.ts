@@ -23,6 +23,11 @@ const WAIT = "CALL @.advlock_wait_lease(CAST($1 AS int8), CAST($2 AS int4), CAST
 const RENEW = "SELECT @.advlock_lease_renew(CAST($1 AS int8), CAST($2 AS int4))";
 const RELEASE = "SELECT @.advlock_lease_release(CAST($1 AS int8))";
 const WHO = "SELECT pid, application_name FROM @.advlock_leases WHERE key = CAST($1 AS int8) AND granted ORDER BY lease";
+// After a wait: how long until the lease runs out, by the server's clock (its expires_at, the
+// grant's time plus the TTL, measured against clock_timestamp()). No row: it has already ended.
+const UNTIL_EXPIRY =
+  "SELECT CAST(EXTRACT(EPOCH FROM expires_at - pg_catalog.clock_timestamp()) * 1000 AS float8)" +
+  " FROM @.advlock_leases WHERE lease = CAST($1 AS int8) AND granted";
 
 export interface LeaseOptions {
   /** How long the lease lasts on the server without a renewal, in milliseconds. */
@@ -185,6 +190,21 @@ class LeaseState implements Lease {
   }
 }
 
+/** The performance.now() of a lease's grant, from the server's clock: its expires_at minus the
+ * TTL, located by the time this statement was sent (the server read its clock after that, so the
+ * grant is placed no later than it was, and the renew deadline comes no later than it should).
+ * An Error when the lease has already ended or the server could not say. */
+async function serverGrantTime(runner: Runner, token: bigint, ttlMs: number): Promise<number | Error> {
+  const sentAt = performance.now();
+  try {
+    const [row] = await runner.query(UNTIL_EXPIRY, [token.toString()]);
+    if (row === undefined) return new Error("the lease had already ended when its wait returned");
+    return sentAt + Number(row[0]) - ttlMs;
+  } catch (e) {
+    return new Error(`could not read the lease's expires_at after its wait: ${String((e as { message?: unknown }).message ?? e)}`, { cause: e });
+  }
+}
+
 const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
   new Promise((resolve) => {
     const timer = setTimeout(done, ms);
@@ -247,15 +267,18 @@ export async function lease<T>(
   const state = new LeaseState(ns, idt, ttlMs, renewDeadlineMs, signal);
 
   // ---- acquire ----
-  let sentAt = performance.now();
+  // The renew deadline counts from the grant. Granted at once, the grant came after the
+  // statement was sent: counting from the send is the safe side. Granted after a wait (of up to
+  // timeoutMs, maybe longer than the TTL), the server says when: its expires_at.
+  let grantedAt: number | Error = performance.now();
   let token: bigint | null;
   try {
     const granted = (rows: Row[]): bigint | null => (rows[0]?.[0] === null || rows[0]?.[0] === undefined ? null : toBigInt(rows[0][0]));
     // A lease granted as the caller's signal aborts is released, not left to its TTL.
     token = granted(await runner.query(ACQUIRE, [ns, idt, ttlMs, 0, slots], signal, undefined, true));
     if (token === null && timeoutMs > 0 && !signal?.aborted) {
-      sentAt = performance.now();
       token = granted(await runner.query(WAIT, [state.key.toString(), ttlMs, timeoutMs, slots], signal, undefined, true));
+      if (token !== null && !signal?.aborted) grantedAt = await serverGrantTime(runner, token, ttlMs);
     }
     if (signal?.aborted) {
       if (token !== null) await runner.query(RELEASE, [token.toString()]);
@@ -276,7 +299,12 @@ export async function lease<T>(
     throw unavailable(e) ?? e;
   }
   state.token = token;
-  state.deadline = sentAt + renewDeadlineMs;
+  if (grantedAt instanceof Error) {
+    state.deadline = -Infinity;
+    state.markLost(grantedAt);
+  } else {
+    state.deadline = grantedAt + renewDeadlineMs;
+  }
 
   // ---- renew in the background ----
   const stop = new AbortController();
