@@ -151,7 +151,7 @@ export function run(db: PgClientLike | PostgresJsLike, kind: Kind, text: string,
 // ---- transaction status -------------------------------------------------------------------
 
 /** Why a transaction-scope lock taken on `db` now would protect nothing, or null when fine. */
-export function xactProblem(db: unknown, kind: Kind): string | null {
+export function xactProblem(db: unknown, kind: Kind, forLock = true): string | null {
   switch (kind) {
     case "pjs-tx":
       return null;
@@ -166,7 +166,9 @@ export function xactProblem(db: unknown, kind: Kind): string | null {
       if (status === "T") return null;
       if (status === "E") return "the transaction is aborted (a previous statement failed): roll it back first";
       if (status === "I") {
-        return "no transaction is open on this client: run it after `await client.query('BEGIN')`, or use withLock(client, ...), which opens one";
+        return forLock
+          ? "no transaction is open on this client: run it after `await client.query('BEGIN')`, or use withLock(client, ...), which opens one"
+          : "no transaction is open on this client: call it after `await client.query('BEGIN')`, in the transaction that writes";
       }
       return "this node-postgres version does not report the transaction status (pg >= 8.23 does): upgrade pg";
     }
