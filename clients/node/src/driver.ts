@@ -135,9 +135,14 @@ export async function pgRun(client: PgClientLike, text: string, values: unknown[
   return result.rows as Row[];
 }
 
+// Neither driver is asked for a named server-side prepared statement: a pooler in transaction
+// mode (PgBouncer before 1.21) hands the next statement to a backend that does not have it.
+// node-postgres prepares only a query given a `name` (none here: the unnamed statement, parsed
+// and run in one go); postgres.js prepares its tagged queries by default (`prepare: true`) but
+// not its unsafe() ones (3.4): asked for explicitly here, whatever the application's setting.
 export async function pjsRun(sql: PostgresJsLike, text: string, values: unknown[], signal?: AbortSignal, resultWins = false): Promise<Row[]> {
   signal?.throwIfAborted();
-  const q = (sql.unsafe(text, values as never[]) as PjsQuery).values();
+  const q = (sql.unsafe(text, values as never[], { prepare: false } as never) as PjsQuery).values();
   q.execute();
   const rows = await withAbort(q, async () => q.cancel(), signal, resultWins);
   return rows as Row[];
