@@ -390,9 +390,9 @@ export async function lease<T>(
   options: LeaseOptions,
   fn: (lease: Lease) => Promise<T> | T,
 ): Promise<T> {
-  const o = checkOptions(options, OPTIONS, "lease");
   checkNs(ns);
-  const idt = idText(id);
+  const idt = idText(id); // first: options passed in the id's place say so
+  const o = checkOptions(options, OPTIONS, "lease");
   const { ttlMs, timeoutMs, renewDeadlineMs, schema, signal } = holdOptions(o, "lease(pool, ns, id, { ttlMs: 30000, timeoutMs: 5000 }, fn)");
   const slots = o["slots"] ?? 1;
   if (typeof slots !== "number" || !Number.isInteger(slots)) throw new TypeError(`slots must be an integer, got ${describe(slots)}`);
@@ -492,9 +492,9 @@ export async function leader<T>(
   options: LeaderOptions,
   fn: (term: Leadership) => Promise<T> | T,
 ): Promise<T> {
-  const o = checkOptions(options, LEADER_OPTIONS, "leader");
   checkNs(ns);
-  const idt = idText(id);
+  const idt = idText(id); // first: options passed in the id's place say so
+  const o = checkOptions(options, LEADER_OPTIONS, "leader");
   const usage = 'leader(pool, ns, id, { candidate: "pod-1", ttlMs: 15000, timeoutMs: 600000 }, fn)';
   if (o["candidate"] === undefined) throw new TypeError(`candidate is required: ${usage}`);
   const candidate = checkCandidate(o["candidate"]);

@@ -588,6 +588,8 @@ function parseSession(connectionString: unknown, ns: string, id: Id, options: Se
     );
   }
   const url = toUrl(connectionString);
+  const checkedNs = checkNs(ns);
+  const checkedId = idText(id); // first: options passed in the id's place say so
   const o = checkOptions(options, OPTIONS, "sessionLock");
   if (o["timeoutMs"] === undefined) throw new TypeError("timeoutMs is required: sessionLock(url, ns, id, { timeoutMs: 30000 })");
   const driver = o["driver"];
@@ -598,8 +600,8 @@ function parseSession(connectionString: unknown, ns: string, id: Id, options: Se
   if (app !== undefined && typeof app !== "string") throw new TypeError(`applicationName must be a string, got ${describe(app)}`);
   return {
     connectionString: url,
-    ns: checkNs(ns),
-    id: idText(id),
+    ns: checkedNs,
+    id: checkedId,
     timeoutMs: ms(o["timeoutMs"], "timeoutMs"),
     mode: modeOf(o["shared"]),
     schema: checkSchema(o["schema"]),

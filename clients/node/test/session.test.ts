@@ -300,3 +300,18 @@ test("S41 idle-lock timeout 1 s server-wide: a session lock held 2.5 s stays; tw
     }
   });
 });
+
+test("the id left out (options in its place) or the options left out: a TypeError naming the mistake, before any round trip", async () => {
+  const unreachable = "postgresql://postgres@127.0.0.1:1/nowhere";
+  const idLeftOut = (e: Error): boolean =>
+    e instanceof TypeError && /^id must be a string, an integer number or a bigint, got an object: the id comes before the options \(for the empty id pass ""/.test(e.message);
+  await assert.rejects(advlock.sessionLock(unreachable, "migrate", { timeoutMs: 1000 } as never, undefined as never), idLeftOut);
+  await assert.rejects(advlock.withSessionLock(unreachable, "migrate", { timeoutMs: 1000 } as never, (() => undefined) as never, (() => undefined) as never), idLeftOut);
+  const pool = new pg.Pool({ connectionString: unreachable });
+  await assert.rejects(advlock.withLock(pool, "migrate", { timeoutMs: 1000 } as never, (() => undefined) as never, (() => undefined) as never), idLeftOut);
+  await assert.rejects(advlock.lease(pool, "migrate", { ttlMs: 1000, timeoutMs: 0 } as never, (() => undefined) as never, (() => undefined) as never), idLeftOut);
+  await pool.end();
+  await assert.rejects(advlock.sessionLock(unreachable, "migrate", "", undefined as never), (e: Error) =>
+    e instanceof TypeError && e.message === "options must be an object ({ timeoutMs, shared, applicationName, schema, driver, signal }), got undefined",
+  );
+});
