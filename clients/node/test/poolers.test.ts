@@ -178,7 +178,7 @@ test("S17 S33 through a transaction-mode PgBouncer, transaction locks and leases
   }
 });
 
-test("S43 nothing prepared behind a transaction-mode PgBouncer 1.18: 100 rounds of withLock, tryLock and holders on one connection, and leases' renewals, with each driver's defaults", async () => {
+test("S43 nothing prepared behind a transaction-mode PgBouncer 1.18: 100 rounds of withLock, tryLock and holders on one connection, fences, a leader, and leases' renewals, with each driver's defaults", async () => {
   // One server connection behind the pooler: every statement of every client lands on it, so
   // its pg_prepared_statements lists every named statement anyone created.
   const bouncer = await pgbouncer("transaction", 1);
@@ -205,10 +205,22 @@ test("S43 nothing prepared behind a transaction-mode PgBouncer 1.18: 100 rounds 
       assert.equal(await sql.begin((tx) => advlock.tryLock(tx, "account", i)), true);
       assert.deepEqual(await advlock.holders(sql, "account", i), []);
     }
+    // Fences pass in the write's transaction through the pooler too.
+    await client.query("BEGIN");
+    await advlock.fence(client, "s43", "fenced", 1n);
+    await client.query("COMMIT");
+    await sql.begin((tx) => advlock.fence(tx, "s43", "fenced", 2n));
+    await withAdmin((admin) => admin.query("SELECT advlock_fence_reset('s43', 'fenced')"));
     if ((await serverKind()) === "preloaded") {
       const pool = new pg.Pool({ connectionString: bouncer.dsn });
       const pjs = postgres(bouncer.dsn);
       try {
+        // A term of leadership, renewed and checked in a write's transaction, through the pooler.
+        await advlock.leader(pjs, "s43", "leader", { candidate: "s43", ttlMs: 600, timeoutMs: 1000 }, async (term) => {
+          await waitUntil(() => term.renewals >= 3 || term.signal.aborted, "three renewals of the term", 5000);
+          await pjs.begin((tx) => advlock.leaseCheck(tx, term.term));
+          term.check();
+        });
         // A renewal every 150 ms (a third of the 450 ms renew deadline): 100 in about 15 s.
         const renewals = await Promise.all(
           ([pool, pjs] as const).map((src, n) =>
