@@ -91,25 +91,22 @@ impl<'a> Target<'a> {
         }
     }
 
-    /// "key 123" or "key 123 = advlock_key('rollup', 'nightly')".
+    /// "key 123" or "key 123 = advlock_key('rollup', 'nightly')": the key description of every
+    /// message (sql/messages.toml's `key` description; the edition's advlock_edition_describe).
     pub fn describe(&self) -> String {
-        let quote = |s: String| format!("'{}'", s.replace('\'', "''"));
+        // A text argument inside SQL quotes, its quotes doubled.
+        let quoted = |s: &ServerText| s.display().replace('\'', "''");
         match &self.label {
             None => format!("key {}", self.key),
-            Some((ns, Id::Text(id))) => {
-                format!(
-                    "key {} = advlock_key({}, {})",
-                    self.key,
-                    quote(ns.display()),
-                    quote(id.display())
-                )
-            }
-            Some((ns, Id::Int(id))) => format!(
-                "key {} = advlock_key({}, {})",
+            Some((ns, Id::Text(id))) => format!(
+                "key {} = advlock_key('{}', '{}')",
                 self.key,
-                quote(ns.display()),
-                id
+                quoted(ns),
+                quoted(id)
             ),
+            Some((ns, Id::Int(id))) => {
+                format!("key {} = advlock_key('{}', {})", self.key, quoted(ns), id)
+            }
         }
     }
 }

@@ -252,21 +252,23 @@ BEGIN
        AND (req_mode = 'exclusive' OR l.mode = 'ExclusiveLock')
        AND l.pid <> pg_backend_pid();
     RETURN CASE WHEN holders IS NULL THEN 'The holder released it after the wait ended.'
-                ELSE 'Held by ' || holders || '.' END;
+                ELSE format('Held by %s.', holders) END;
 END
 $fn$;
 
--- "key N = advlock_key('ns', 'id')" (Target::describe); id_text is NULL for an integer id.
+-- "key N" (ns NULL), or "key N = advlock_key('ns', 'id')" (Target::describe, the key description
+-- of sql/messages.toml); id_text is NULL for an integer id.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_describe(key pg_catalog.int8, ns pg_catalog.text,
                                                                id_text pg_catalog.text, id_int pg_catalog.int8)
 RETURNS pg_catalog.text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN 'key ' OPERATOR(pg_catalog.||) key OPERATOR(pg_catalog.||) ' = advlock_key('''
-       OPERATOR(pg_catalog.||) pg_catalog.replace(@extschema@.advlock_edition_display(ns), '''', '''''')
-       OPERATOR(pg_catalog.||) ''', '
-       OPERATOR(pg_catalog.||) CASE WHEN id_text IS NULL THEN id_int::pg_catalog.text
-                                    ELSE '''' OPERATOR(pg_catalog.||) pg_catalog.replace(@extschema@.advlock_edition_display(id_text), '''', '''''') OPERATOR(pg_catalog.||) '''' END
-       OPERATOR(pg_catalog.||) ')';
+RETURN CASE WHEN ns IS NULL THEN pg_catalog.format('key %s', key)
+            WHEN id_text IS NULL
+            THEN pg_catalog.format('key %s = advlock_key(''%s'', %s)', key,
+                                   pg_catalog.replace(@extschema@.advlock_edition_display(ns), , ''), id_int)
+            ELSE pg_catalog.format('key %s = advlock_key(''%s'', ''%s'')', key,
+                                   pg_catalog.replace(@extschema@.advlock_edition_display(ns), , ''),
+                                   pg_catalog.replace(@extschema@.advlock_edition_display(id_text), , '')) END;
 
 -- One session hold of key released by pg_advisory_unlock*, whose own WARNING on failure ("you
 -- don't own a lock of type ...") is kept from the client: advlock_edition_release says more.
