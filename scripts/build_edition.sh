@@ -23,7 +23,8 @@ trap 'rm -f "$tmp"' EXIT
 
 # First the extension's SQL files written from templates (build_edition.py's SQL_TEMPLATES), which
 # the edition then includes.
-for generated in sql/fence.sql; do
+from_templates=(sql/fence.sql)
+for generated in "${from_templates[@]}"; do
   python3 "$repo/scripts/build_edition.py" "$repo" --sql "$generated" >"$tmp"
   if [ "${1:-}" = --check ]; then
     if ! diff -u "$repo/$generated" "$tmp"; then

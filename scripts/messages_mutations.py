@@ -2,7 +2,9 @@
 """Proves the message lint (scripts/messages.py, #42): copies what it reads (src/, sql/,
 edition/src/ and the two scripts) to a temporary directory, checks that the lint passes on the
 copy as is, then plants one single-word edit at a time and checks that the lint fails on each and
-names the file edited. The edits, derived from the catalog and the report sites the lint finds:
+names the file edited (or the report site that fills the edited report in). Each edit changes one
+word (its first letter's case swapped) or adds one; they are derived from the catalog and the
+report sites the lint finds:
   word      for every catalog entry and every side that raises it (rust, sql, edition): one word
             of its message, of its hint and of its detail, at the report site found first
   suffix    for every message whose text ends in a placeholder: a word appended after it
