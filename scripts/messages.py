@@ -23,7 +23,8 @@ Read:
            "{n} {noun(n, "a", "as")}"; anything else is one placeholder standing for itself.
   sql      sql/*.sql (not the upgrade scripts): every RAISE with a message.
   edition  edition/src/*.sql as scripts/build_edition.py writes them out (-- @forms templates once
-           per form): every RAISE with a message (RAISE; re-raises are skipped): the format
+           per form), edition/move_to_extension.sql and the checks the built edition makes before
+           it installs anything (edition/advlock_sql.sql before its first piece): every RAISE with a message (RAISE; re-raises are skipped): the format
            literal, each % a placeholder standing for its argument; USING ERRCODE (a condition
            name or an SQLSTATE), HINT, DETAIL, MESSAGE. A USING expression or argument is
            'literal', format('...') (each %s, %I, %L a placeholder for its argument), a
@@ -718,6 +719,12 @@ def sql_sources(repo, side):
             rel = f"edition/src/{path.name}"
             src, origins = expand(path.read_text(), rel)
             yield rel, src, origins
+        # The move to the extension, and the checks the built script makes before it installs
+        # anything (written by scripts/build_edition.py: the text before its first piece).
+        src = (repo / "edition" / "move_to_extension.sql").read_text()
+        yield "edition/move_to_extension.sql", src, list(range(1, src.count("\n") + 2))
+        src = (repo / "edition" / "advlock_sql.sql").read_text().partition("\n-- ---- ")[0]
+        yield "edition/advlock_sql.sql", src, list(range(1, src.count("\n") + 2))
     else:
         for path in sorted((repo / "sql").glob("*.sql")):
             if path.name.startswith("advlock--"):
@@ -767,7 +774,7 @@ def sql_messages(checker, side):
                     checker.problems.append(f"{where}: unknown condition {name} (teach scripts/messages.py)")
                     continue
             else:
-                code = "01000" if level_word == "WARNING" else "P0001"
+                code = {"WARNING": "01000", "EXCEPTION": "P0001"}.get(level_word, "00000")
             found.append(Message(side, where, code, message,
                                  sql_text(options["HINT"]) if "HINT" in options else None,
                                  sql_text(options["DETAIL"]) if "DETAIL" in options else None,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Proves the message lint (scripts/messages.py, #42): copies what it reads (src/, sql/,
-edition/src/ and the two scripts) to a temporary directory, checks that the lint passes on the
+edition/src/, edition's move_to_extension.sql and advlock_sql.sql, and the two scripts) to a temporary directory, checks that the lint passes on the
 copy as is, then plants one single-word edit at a time and checks that the lint fails on each and
 names the file edited (or the report site that fills the edited report in). Each edit changes one
 word (its first letter's case swapped) or adds one; they are derived from the catalog and the
@@ -173,6 +173,8 @@ def main():
         copy = Path(tmp)
         for d in ("src", "sql", "edition/src"):
             shutil.copytree(repo / d, copy / d)
+        for f in ("edition/move_to_extension.sql", "edition/advlock_sql.sql"):
+            shutil.copy(repo / f, copy / f)
         (copy / "scripts").mkdir()
         for s in ("messages.py", "build_edition.py"):
             shutil.copy(repo / "scripts" / s, copy / "scripts" / s)
