@@ -325,37 +325,112 @@ BEGIN
 END
 $fn$;
 
--- The whole acquisition, as src/acquisition.rs: checks (timeout_ms, scope, mode; the target
--- was checked by the caller), a no-wait try, then (only if busy) the bounded wait. The
--- uncontended path opens no subtransaction. fn names the function called, for messages.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_acquire(fn pg_catalog.text, key pg_catalog.int8,
+-- The acquisition, one routine for one key and for a set, as src/acquisition.rs's acquire: the
+-- checks (timeout_ms, scope, mode; the keys were checked by the caller), then the distinct keys
+-- in ascending order within one deadline of timeout_ms, each by a no-wait try and (only if busy)
+-- the bounded wait. busy_key is NULL when every key is held, else the key that stayed busy (then
+-- nothing this call took is held), with the time waited. fn names the function called.
+--
+-- A key set (key_set) is taken inside one exception block (a subtransaction): when a key stays
+-- busy the block raises, and its abort gives back exactly the transaction-scope holds it took;
+-- session-scope holds survive a subtransaction abort, so the handler releases those one by one
+-- (one hold per key, so a hold the session had before the call stays). An ERROR during the call
+-- (deadlock with a caller of the single-key functions, cancel, statement_timeout, a full lock
+-- table) gives back the same way before it is raised again. A single-key call has nothing to give
+-- back when its one key stays busy: it opens no block, so its uncontended path takes no
+-- subtransaction, and a full lock table reaches its caller as PostgreSQL's own 53200
+-- (docs/sql-edition.md).
+DROP FUNCTION IF EXISTS @extschema@.advlock_edition_acquire(pg_catalog.text, pg_catalog.int8, pg_catalog.int4,
+                                                           pg_catalog.text, pg_catalog.text);
+DROP FUNCTION IF EXISTS @extschema@.advlock_edition_acquire_all(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4,
+                                                               pg_catalog.bool, pg_catalog.bool);
+DROP FUNCTION IF EXISTS @extschema@.advlock_edition_try_all(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4,
+                                                           pg_catalog.text, pg_catalog.text);
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_acquire(fn pg_catalog.text, keys pg_catalog.int8[],
                                                               timeout_ms pg_catalog.int4, scope pg_catalog.text,
-                                                              mode pg_catalog.text)
-RETURNS pg_catalog.bool
+                                                              mode pg_catalog.text, key_set pg_catalog.bool,
+                                                              OUT busy_key pg_catalog.int8, OUT waited_ms pg_catalog.int8)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     session boolean;
     shared boolean;
-    got boolean;
+    started timestamptz;
+    deadline timestamptz;
+    sorted bigint[] := keys;
+    taken int := 0;   -- how many of sorted (from the first) this call holds
+    k bigint;
 BEGIN
     PERFORM @extschema@.advlock_edition_check_timeout(fn, timeout_ms);
     session := @extschema@.advlock_edition_scope(fn, scope);
     shared := @extschema@.advlock_edition_mode(fn, mode);
     PERFORM @extschema@.advlock_edition_preflight(fn, session);
+    started := clock_timestamp();
+    IF NOT key_set THEN
+        IF NOT @extschema@.advlock_edition_take(keys[1], session, shared, timeout_ms) THEN
+            busy_key := keys[1];
+            waited_ms := floor(extract(epoch FROM clock_timestamp() - started) * 1000);
+        END IF;
+        RETURN;
+    END IF;
+    deadline := started + timeout_ms * interval '1 millisecond';
+    SELECT array_agg(DISTINCT v ORDER BY v) INTO sorted FROM unnest(keys) v;
+    BEGIN
+        FOREACH k IN ARRAY sorted LOOP
+            -- What is left of the deadline (a key set shares one).
+            IF NOT @extschema@.advlock_edition_take(k, session, shared,
+                       least(floor(extract(epoch FROM deadline - clock_timestamp()) * 1000), 2147483647)::int) THEN
+                busy_key := k;
+                waited_ms := floor(extract(epoch FROM clock_timestamp() - started) * 1000);
+                -- Leaves the block: its abort releases the transaction-scope holds taken in it.
+                RAISE EXCEPTION USING ERRCODE = 'lock_not_available', MESSAGE = 'advlock: key set busy';
+            END IF;
+            taken := taken + 1;
+        END LOOP;
+    EXCEPTION
+        WHEN lock_not_available THEN
+            IF session THEN PERFORM @extschema@.advlock_edition_give_back(sorted, taken, shared); END IF;
+            IF busy_key IS NULL THEN
+                -- Not ours (a lock_timeout of the caller's firing elsewhere): re-raised.
+                RAISE;
+            END IF;
+        WHEN out_of_memory THEN
+            IF session THEN PERFORM @extschema@.advlock_edition_give_back(sorted, taken, shared); END IF;
+            IF SQLERRM = 'out of shared memory' THEN
+                RAISE EXCEPTION 'the lock table has no room for another advisory lock'
+                    USING ERRCODE = 'out_of_memory',
+                          DETAIL = format('Keys asked for: %s; taken before it was full: %s. None of them is held: the error releases the ones it took.', cardinality(sorted), taken),
+                          HINT = 'Hold fewer locks at once (fewer keys per call, no session lock kept longer than needed), or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction * (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.';
+            END IF;
+            RAISE;
+        WHEN query_canceled THEN   -- not among OTHERS
+            IF session THEN PERFORM @extschema@.advlock_edition_give_back(sorted, taken, shared); END IF;
+            RAISE;
+        WHEN OTHERS THEN
+            IF session THEN PERFORM @extschema@.advlock_edition_give_back(sorted, taken, shared); END IF;
+            RAISE;
+    END;
+END
+$fn$;
+
+-- One key of an acquisition: a no-wait try, then (only if busy and wait_ms > 0) the bounded wait,
+-- which reports true also when the grant raced the timeout, so a key taken is never reported busy.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_take(key pg_catalog.int8, session pg_catalog.bool,
+                                                           shared pg_catalog.bool, wait_ms pg_catalog.int4)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
     IF session THEN
-        got := CASE WHEN shared THEN pg_try_advisory_lock_shared(key) ELSE pg_try_advisory_lock(key) END;
+        IF shared THEN IF pg_try_advisory_lock_shared(key) THEN RETURN true; END IF;
+        ELSIF pg_try_advisory_lock(key) THEN RETURN true; END IF;
     ELSE
-        got := CASE WHEN shared THEN pg_try_advisory_xact_lock_shared(key) ELSE pg_try_advisory_xact_lock(key) END;
+        IF shared THEN IF pg_try_advisory_xact_lock_shared(key) THEN RETURN true; END IF;
+        ELSIF pg_try_advisory_xact_lock(key) THEN RETURN true; END IF;
     END IF;
-    IF got THEN
-        RETURN true;
-    END IF;
-    IF timeout_ms = 0 THEN
-        RETURN false;
-    END IF;
-    RETURN @extschema@.advlock_edition_wait(key, session, shared, timeout_ms);
+    RETURN wait_ms > 0 AND @extschema@.advlock_edition_wait(key, session, shared, wait_ms);
 END
 $fn$;
 
@@ -405,17 +480,17 @@ END
 $fn$;
 
 -- advlock_lock_with_timeout's error when the wait ran out (src/acquisition.rs), with the
--- holders in the DETAIL as src/diagnostics.rs describes them. target: "key N" or
--- "key N = advlock_key('ns', 'id')".
+-- holders in the DETAIL as src/diagnostics.rs describes them. target: the key as
+-- advlock_edition_describe writes it.
+DROP FUNCTION IF EXISTS @extschema@.advlock_edition_raise_timeout(pg_catalog.int8, pg_catalog.text, pg_catalog.int4,
+                                                                 pg_catalog.text, pg_catalog.timestamptz);
 CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_raise_timeout(key pg_catalog.int8, target pg_catalog.text,
                                                                     timeout_ms pg_catalog.int4, req_mode pg_catalog.text,
-                                                                    started pg_catalog.timestamptz)
+                                                                    waited pg_catalog.int8)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    waited bigint := floor(extract(epoch FROM clock_timestamp() - started) * 1000);
 BEGIN
     RAISE EXCEPTION 'could not obtain % advisory lock on % within % ms (waited % ms)', req_mode, target, timeout_ms, waited
         USING ERRCODE = 'lock_not_available',
@@ -449,21 +524,23 @@ BEGIN
        AND (req_mode = 'exclusive' OR l.mode = 'ExclusiveLock')
        AND l.pid <> pg_backend_pid();
     RETURN CASE WHEN holders IS NULL THEN 'The holder released it after the wait ended.'
-                ELSE 'Held by ' || holders || '.' END;
+                ELSE format('Held by %s.', holders) END;
 END
 $fn$;
 
--- "key N = advlock_key('ns', 'id')" (Target::describe); id_text is NULL for an integer id.
+-- "key N" (ns NULL), or "key N = advlock_key('ns', 'id')" (Target::describe, the key description
+-- of sql/messages.toml); id_text is NULL for an integer id.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_describe(key pg_catalog.int8, ns pg_catalog.text,
                                                                id_text pg_catalog.text, id_int pg_catalog.int8)
 RETURNS pg_catalog.text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN 'key ' OPERATOR(pg_catalog.||) key OPERATOR(pg_catalog.||) ' = advlock_key('''
-       OPERATOR(pg_catalog.||) pg_catalog.replace(@extschema@.advlock_edition_display(ns), '''', '''''')
-       OPERATOR(pg_catalog.||) ''', '
-       OPERATOR(pg_catalog.||) CASE WHEN id_text IS NULL THEN id_int::pg_catalog.text
-                                    ELSE '''' OPERATOR(pg_catalog.||) pg_catalog.replace(@extschema@.advlock_edition_display(id_text), '''', '''''') OPERATOR(pg_catalog.||) '''' END
-       OPERATOR(pg_catalog.||) ')';
+RETURN CASE WHEN ns IS NULL THEN pg_catalog.format('key %s', key)
+            WHEN id_text IS NULL
+            THEN pg_catalog.format('key %s = advlock_key(''%s'', %s)', key,
+                                   pg_catalog.replace(@extschema@.advlock_edition_display(ns), '''', ''''''), id_int)
+            ELSE pg_catalog.format('key %s = advlock_key(''%s'', ''%s'')', key,
+                                   pg_catalog.replace(@extschema@.advlock_edition_display(ns), '''', ''''''),
+                                   pg_catalog.replace(@extschema@.advlock_edition_display(id_text), '''', '''''')) END;
 
 -- One session hold of key released by pg_advisory_unlock*, whose own WARNING on failure ("you
 -- don't own a lock of type ...") is kept from the client: advlock_edition_release says more.
@@ -522,7 +599,7 @@ BEGIN
     IF key IS NULL THEN
         PERFORM @extschema@.advlock_edition_null_key('advlock_try_with_timeout', 'key');
     END IF;
-    RETURN @extschema@.advlock_edition_acquire('advlock_try_with_timeout', key, timeout_ms, scope, mode);
+    RETURN (@extschema@.advlock_edition_acquire('advlock_try_with_timeout', ARRAY[key], timeout_ms, scope, mode, false)).busy_key IS NULL;
 END
 $fn$;
 
@@ -537,7 +614,8 @@ BEGIN
     IF ns IS NULL OR ns = '' OR id IS NULL THEN
         PERFORM @extschema@.advlock_edition_check_target('advlock_try_with_timeout', ns, id IS NULL);
     END IF;
-    RETURN @extschema@.advlock_edition_acquire('advlock_try_with_timeout', @extschema@.advlock_key(ns, id), timeout_ms, scope, mode);
+    RETURN (@extschema@.advlock_edition_acquire('advlock_try_with_timeout', ARRAY[@extschema@.advlock_key(ns, id)],
+                                                timeout_ms, scope, mode, false)).busy_key IS NULL;
 END
 $fn$;
 
@@ -552,7 +630,8 @@ BEGIN
     IF ns IS NULL OR ns = '' OR id IS NULL THEN
         PERFORM @extschema@.advlock_edition_check_target('advlock_try_with_timeout', ns, id IS NULL);
     END IF;
-    RETURN @extschema@.advlock_edition_acquire('advlock_try_with_timeout', @extschema@.advlock_key(ns, id), timeout_ms, scope, mode);
+    RETURN (@extschema@.advlock_edition_acquire('advlock_try_with_timeout', ARRAY[@extschema@.advlock_key(ns, id)],
+                                                timeout_ms, scope, mode, false)).busy_key IS NULL;
 END
 $fn$;
 
@@ -564,13 +643,15 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    started timestamptz := clock_timestamp();
+    r record;
 BEGIN
     IF key IS NULL THEN
         PERFORM @extschema@.advlock_edition_null_key('advlock_lock_with_timeout', 'key');
     END IF;
-    IF NOT @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', key, timeout_ms, scope, mode) THEN
-        PERFORM @extschema@.advlock_edition_raise_timeout(key, 'key ' || key, timeout_ms, mode, started);
+    r := @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', ARRAY[key], timeout_ms, scope, mode, false);
+    IF r.busy_key IS NOT NULL THEN
+        PERFORM @extschema@.advlock_edition_raise_timeout(key, @extschema@.advlock_edition_describe(key, NULL, NULL, NULL),
+                                                         timeout_ms, mode, r.waited_ms);
     END IF;
 END
 $fn$;
@@ -583,16 +664,17 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    started timestamptz := clock_timestamp();
     k bigint;
+    r record;
 BEGIN
     IF ns IS NULL OR ns = '' OR id IS NULL THEN
         PERFORM @extschema@.advlock_edition_check_target('advlock_lock_with_timeout', ns, id IS NULL);
     END IF;
     k := @extschema@.advlock_key(ns, id);
-    IF NOT @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', k, timeout_ms, scope, mode) THEN
+    r := @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', ARRAY[k], timeout_ms, scope, mode, false);
+    IF r.busy_key IS NOT NULL THEN
         PERFORM @extschema@.advlock_edition_raise_timeout(k, @extschema@.advlock_edition_describe(k, ns, id, NULL),
-                                                         timeout_ms, mode, started);
+                                                         timeout_ms, mode, r.waited_ms);
     END IF;
 END
 $fn$;
@@ -605,16 +687,17 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    started timestamptz := clock_timestamp();
     k bigint;
+    r record;
 BEGIN
     IF ns IS NULL OR ns = '' OR id IS NULL THEN
         PERFORM @extschema@.advlock_edition_check_target('advlock_lock_with_timeout', ns, id IS NULL);
     END IF;
     k := @extschema@.advlock_key(ns, id);
-    IF NOT @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', k, timeout_ms, scope, mode) THEN
+    r := @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', ARRAY[k], timeout_ms, scope, mode, false);
+    IF r.busy_key IS NOT NULL THEN
         PERFORM @extschema@.advlock_edition_raise_timeout(k, @extschema@.advlock_edition_describe(k, ns, NULL, id),
-                                                         timeout_ms, mode, started);
+                                                         timeout_ms, mode, r.waited_ms);
     END IF;
 END
 $fn$;
@@ -631,7 +714,7 @@ BEGIN
     END IF;
     RETURN @extschema@.advlock_edition_release('advlock_unlock', key,
                                                @extschema@.advlock_edition_mode('advlock_unlock', mode),
-                                               'key ' || key);
+                                               @extschema@.advlock_edition_describe(key, NULL, NULL, NULL));
 END
 $fn$;
 
@@ -1199,13 +1282,8 @@ BEGIN
 -- (src/holding.rs).
 --
 -- Every call takes its distinct keys in ascending order within one deadline, so callers of these
--- functions never deadlock each other. The holds are taken inside one PL/pgSQL exception block (a
--- subtransaction): when a key stays busy past the deadline the block raises, and its abort gives
--- back exactly the transaction-scope holds it took; session-scope holds survive a subtransaction
--- abort, so the handler releases those one by one (one hold per key, so a hold the session had
--- before the call stays). An ERROR during the call (deadlock with a caller of the single-key
--- functions, cancel, statement_timeout, a full lock table) gives back the same way before it is
--- raised again.
+-- functions never deadlock each other: by advlock_edition_acquire (edition/src/acquisition.sql),
+-- the routine of the single-key functions too, which takes a key set all or nothing.
 
 -- The keys of an array argument, in the caller's order: the checks of targets_of_keys /
 -- targets_of_*_ids (empty array 22023, NULL element 22004, naming its 1-based position).
@@ -1288,103 +1366,8 @@ BEGIN
 END
 $fn$;
 
--- The acquisition itself (acquire_all): keys sorted and distinct, arguments checked. busy is 0
--- when every key is held, else the 1-based position of the key that stayed busy (then nothing
--- this call took is held), with the time waited.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_acquire_all(fn pg_catalog.text, keys pg_catalog.int8[],
-                                                                  timeout_ms pg_catalog.int4, session pg_catalog.bool,
-                                                                  shared pg_catalog.bool,
-                                                                  OUT busy pg_catalog.int4, OUT waited_ms pg_catalog.int8)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    started timestamptz;
-    deadline timestamptz;
-    taken int := 0;   -- how many of keys (from the first) this call holds
-    left_ms bigint;
-    got boolean;
-    k bigint;
-BEGIN
-    PERFORM @extschema@.advlock_edition_preflight(fn, session);
-    started := clock_timestamp();
-    deadline := started + timeout_ms * interval '1 millisecond';
-    busy := 0;
-    BEGIN
-        FOREACH k IN ARRAY keys LOOP
-            IF session THEN
-                got := CASE WHEN shared THEN pg_try_advisory_lock_shared(k) ELSE pg_try_advisory_lock(k) END;
-            ELSE
-                got := CASE WHEN shared THEN pg_try_advisory_xact_lock_shared(k) ELSE pg_try_advisory_xact_lock(k) END;
-            END IF;
-            IF NOT got THEN
-                left_ms := least(floor(extract(epoch FROM deadline - clock_timestamp()) * 1000), 2147483647);
-                IF left_ms > 0 THEN
-                    -- The bounded wait of the single-key functions: true also when the grant
-                    -- raced the timeout, so a key taken is never reported busy.
-                    got := @extschema@.advlock_edition_wait(k, session, shared, left_ms::int);
-                END IF;
-            END IF;
-            IF NOT got THEN
-                busy := taken + 1;
-                waited_ms := floor(extract(epoch FROM clock_timestamp() - started) * 1000);
-                -- Leaves the block: its abort releases the transaction-scope holds taken in it.
-                RAISE EXCEPTION USING ERRCODE = 'lock_not_available', MESSAGE = 'advlock: key set busy';
-            END IF;
-            taken := taken + 1;
-        END LOOP;
-    EXCEPTION
-        WHEN lock_not_available THEN
-            IF busy = 0 THEN
-                -- Not ours (a lock_timeout of the caller's firing elsewhere): give back, re-raise.
-                IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
-                RAISE;
-            END IF;
-            IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
-        WHEN out_of_memory THEN
-            IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
-            IF SQLERRM = 'out of shared memory' THEN
-                RAISE EXCEPTION 'the lock table has no room for another advisory lock'
-                    USING ERRCODE = 'out_of_memory',
-                          DETAIL = format('Keys asked for: %s; taken before it was full: %s. None of them is held: the error releases the ones it took.', cardinality(keys), taken),
-                          HINT = 'Hold fewer locks at once (fewer keys per call, no session lock kept longer than needed), or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction * (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.';
-            END IF;
-            RAISE;
-        WHEN query_canceled THEN
-            IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
-            RAISE;
-        WHEN OTHERS THEN
-            IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
-            RAISE;
-    END;
-END
-$fn$;
-
--- try_all: checks in the extension's order, then the sorted, distinct keys.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_try_all(fn pg_catalog.text, keys pg_catalog.int8[],
-                                                              timeout_ms pg_catalog.int4, scope pg_catalog.text,
-                                                              mode pg_catalog.text)
-RETURNS pg_catalog.bool
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    session boolean;
-    shared boolean;
-    sorted bigint[];
-    r record;
-BEGIN
-    PERFORM @extschema@.advlock_edition_check_timeout(fn, timeout_ms);
-    session := @extschema@.advlock_edition_scope(fn, scope);
-    shared := @extschema@.advlock_edition_mode(fn, mode);
-    SELECT array_agg(DISTINCT k ORDER BY k) INTO sorted FROM unnest(keys) k;
-    r := @extschema@.advlock_edition_acquire_all(fn, sorted, timeout_ms, session, shared);
-    RETURN r.busy = 0;
-END
-$fn$;
-
--- lock_all: as try_all, and 55P03 naming the busy key (the first label given for it) and its
--- holders when the deadline passed.
+-- lock_all: the acquisition of a key set, and 55P03 naming the busy key (the first label given for
+-- it) and its holders when the deadline passed.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_lock_all(keys pg_catalog.int8[], ns pg_catalog.text,
                                                                text_ids pg_catalog.text[], int_ids pg_catalog.int8[],
                                                                timeout_ms pg_catalog.int4, scope pg_catalog.text,
@@ -1394,25 +1377,17 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    fn constant text := 'advlock_lock_all_with_timeout';
-    session boolean;
-    shared boolean;
-    sorted bigint[];
     r record;
     k bigint;
     target text;
 BEGIN
-    PERFORM @extschema@.advlock_edition_check_timeout(fn, timeout_ms);
-    session := @extschema@.advlock_edition_scope(fn, scope);
-    shared := @extschema@.advlock_edition_mode(fn, mode);
-    SELECT array_agg(DISTINCT v ORDER BY v) INTO sorted FROM unnest(keys) v;
-    r := @extschema@.advlock_edition_acquire_all(fn, sorted, timeout_ms, session, shared);
-    IF r.busy = 0 THEN
+    r := @extschema@.advlock_edition_acquire('advlock_lock_all_with_timeout', keys, timeout_ms, scope, mode, true);
+    IF r.busy_key IS NULL THEN
         RETURN;
     END IF;
-    k := sorted[r.busy];
+    k := r.busy_key;
     IF ns IS NULL THEN
-        target := 'key ' || k;
+        target := @extschema@.advlock_edition_describe(k, NULL, NULL, NULL);
     ELSIF text_ids IS NOT NULL THEN
         SELECT @extschema@.advlock_edition_describe(k, ns, u.v, NULL) INTO target
           FROM unnest(keys, text_ids) WITH ORDINALITY u(key, v, i) WHERE u.key = k ORDER BY u.i LIMIT 1;
@@ -1421,7 +1396,7 @@ BEGIN
           FROM unnest(keys, int_ids) WITH ORDINALITY u(key, v, i) WHERE u.key = k ORDER BY u.i LIMIT 1;
     END IF;
     RAISE EXCEPTION 'could not obtain % advisory locks on all % keys within % ms (waited % ms): % is busy',
-                    mode, cardinality(sorted), timeout_ms, r.waited_ms, target
+                    mode, (SELECT count(DISTINCT v) FROM unnest(keys) v), timeout_ms, r.waited_ms, target
         USING ERRCODE = 'lock_not_available',
               DETAIL = @extschema@.advlock_edition_holders(k, mode) || ' No key of this call is held.',
               HINT = 'Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.';
@@ -1450,8 +1425,7 @@ DECLARE
 BEGIN
     FOR k, target IN
         SELECT DISTINCT ON (u.key) u.key,
-               CASE WHEN ns IS NULL THEN 'key ' || u.key
-                    ELSE @extschema@.advlock_edition_describe(u.key, ns, u.t, u.n) END
+               @extschema@.advlock_edition_describe(u.key, ns, u.t, u.n)
           FROM unnest(keys, text_ids, int_ids) WITH ORDINALITY u(key, t, n, i)
          ORDER BY u.key, u.i
     LOOP
@@ -1473,9 +1447,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN @extschema@.advlock_edition_try_all('advlock_try_all_with_timeout',
+    RETURN (@extschema@.advlock_edition_acquire('advlock_try_all_with_timeout',
         @extschema@.advlock_edition_set_keys('advlock_try_all_with_timeout', keys, NULL, NULL, NULL, 'keys'),
-        timeout_ms, scope, mode);
+        timeout_ms, scope, mode, true)).busy_key IS NULL;
 END
 $fn$;
 
@@ -1487,9 +1461,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN @extschema@.advlock_edition_try_all('advlock_try_all_with_timeout',
+    RETURN (@extschema@.advlock_edition_acquire('advlock_try_all_with_timeout',
         @extschema@.advlock_edition_set_keys('advlock_try_all_with_timeout', NULL, ns, ids, NULL, 'text'),
-        timeout_ms, scope, mode);
+        timeout_ms, scope, mode, true)).busy_key IS NULL;
 END
 $fn$;
 
@@ -1501,9 +1475,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN @extschema@.advlock_edition_try_all('advlock_try_all_with_timeout',
+    RETURN (@extschema@.advlock_edition_acquire('advlock_try_all_with_timeout',
         @extschema@.advlock_edition_set_keys('advlock_try_all_with_timeout', NULL, ns, NULL, ids, 'int'),
-        timeout_ms, scope, mode);
+        timeout_ms, scope, mode, true)).busy_key IS NULL;
 END
 $fn$;
 
@@ -1690,7 +1664,7 @@ BEGIN
                   DETAIL = 'A fencing token is drawn from a WAL-logged sequence, which needs a writable transaction on the primary.',
                   HINT = 'Call it on the primary, outside read-only transactions (default_transaction_read_only = off).';
     END IF;
-    IF NOT @extschema@.advlock_edition_acquire(fn, key, timeout_ms, scope, mode) THEN
+    IF (@extschema@.advlock_edition_acquire(fn, ARRAY[key], timeout_ms, scope, mode, false)).busy_key IS NOT NULL THEN
         RETURN NULL;
     END IF;
     -- The first 8 hex digits of a WAL file name are its timeline.
@@ -1755,6 +1729,7 @@ $advlock_edition$;
 DO $advlock_edition$
 BEGIN
     EXECUTE pg_catalog.replace($advlock_piece$
+-- GENERATED by scripts/build_edition.sh from sql/templates/fence.sql (its form templates written out once per form): edit that file, then rebuild.
 -- Fences in the database (docs/fences.md): a writer calls advlock_fence(key, token) in its
 -- write transaction; the call raises LK001 when a larger token has already passed that fence,
 -- and otherwise records the token in advlock_fences (sql/fence_table.sql). The row is written
@@ -1770,7 +1745,9 @@ BEGIN
 -- per call; every name in it is qualified instead (pg_test/reliability/test_security.py calls
 -- it under hostile search_paths).
 
--- The three forms share one body, written out for each: the checks run only when an argument
+-- The bare key's form is written out; the (ns, id text) and (ns, id bigint) forms are one
+-- template, which scripts/build_edition.sh writes out once per form into sql/fence.sql (the form
+-- templates of scripts/build_edition.py, as in edition/src). The checks run only when an argument
 -- is missing or out of range, the refusal only when the upsert changed nothing.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_fence(key pg_catalog.int8, token pg_catalog.int8)
 RETURNS void
@@ -2098,20 +2075,22 @@ COMMENT ON FUNCTION @extschema@.advlock_edition_held(pg_catalog.int8, pg_catalog
   'advlock SQL edition (internal): whether this backend holds the advisory lock on key in this mode';
 COMMENT ON FUNCTION @extschema@.advlock_edition_wait(pg_catalog.int8, pg_catalog.bool, pg_catalog.bool, pg_catalog.int4) IS
   'advlock SQL edition (internal): the bounded wait under a temporary lock_timeout, restored on exit';
-COMMENT ON FUNCTION @extschema@.advlock_edition_acquire(pg_catalog.text, pg_catalog.int8, pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
-  'advlock SQL edition (internal): argument checks, a no-wait try, then the bounded wait';
+COMMENT ON FUNCTION @extschema@.advlock_edition_acquire(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text, pg_catalog.bool) IS
+  'advlock SQL edition (internal): the acquisition of one key or of a key set (all or none, in a subtransaction): argument checks, then each key by a no-wait try and the bounded wait within one deadline';
+COMMENT ON FUNCTION @extschema@.advlock_edition_take(pg_catalog.int8, pg_catalog.bool, pg_catalog.bool, pg_catalog.int4) IS
+  'advlock SQL edition (internal): one key of an acquisition: a no-wait try, then the bounded wait';
 COMMENT ON FUNCTION @extschema@.advlock_edition_scope(pg_catalog.text, pg_catalog.text) IS
   'advlock SQL edition (internal): checks a scope argument; true for session';
 COMMENT ON FUNCTION @extschema@.advlock_edition_mode(pg_catalog.text, pg_catalog.text) IS
   'advlock SQL edition (internal): checks a mode argument; true for shared';
-COMMENT ON FUNCTION @extschema@.advlock_edition_raise_timeout(pg_catalog.int8, pg_catalog.text, pg_catalog.int4, pg_catalog.text, pg_catalog.timestamptz) IS
+COMMENT ON FUNCTION @extschema@.advlock_edition_raise_timeout(pg_catalog.int8, pg_catalog.text, pg_catalog.int4, pg_catalog.text, pg_catalog.int8) IS
   'advlock SQL edition (internal): advlock_lock_with_timeout''s 55P03 error, naming the holders';
 COMMENT ON FUNCTION @extschema@.advlock_edition_release_quietly(pg_catalog.int8, pg_catalog.bool) IS
   'advlock SQL edition (internal): pg_advisory_unlock or pg_advisory_unlock_shared with the built-in''s WARNING kept from the client';
 COMMENT ON FUNCTION @extschema@.advlock_edition_release(pg_catalog.text, pg_catalog.int8, pg_catalog.bool, pg_catalog.text) IS
   'advlock SQL edition (internal): one session hold released, or false with a WARNING naming the key and what this session holds of it instead';
 COMMENT ON FUNCTION @extschema@.advlock_edition_describe(pg_catalog.int8, pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
-  'advlock SQL edition (internal): "key N = advlock_key(ns, id)" for messages';
+  'advlock SQL edition (internal): "key N" or "key N = advlock_key(ns, id)" for messages';
 COMMENT ON FUNCTION @extschema@.advlock_edition_check_timeout(pg_catalog.text, pg_catalog.int4) IS
   'advlock SQL edition (internal): checks a timeout_ms argument (not NULL, not negative)';
 COMMENT ON FUNCTION @extschema@.advlock_edition_preflight(pg_catalog.text, pg_catalog.bool) IS
@@ -2124,10 +2103,6 @@ COMMENT ON FUNCTION @extschema@.advlock_edition_set_keys(pg_catalog.text, pg_cat
   'advlock SQL edition (internal): the checked keys of an all-or-nothing call, in the caller''s order';
 COMMENT ON FUNCTION @extschema@.advlock_edition_give_back(pg_catalog.int8[], pg_catalog.int4, pg_catalog.bool) IS
   'advlock SQL edition (internal): releases the session holds an all-or-nothing call took, newest first';
-COMMENT ON FUNCTION @extschema@.advlock_edition_acquire_all(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4, pg_catalog.bool, pg_catalog.bool) IS
-  'advlock SQL edition (internal): takes sorted keys within one deadline in a subtransaction, or none of them';
-COMMENT ON FUNCTION @extschema@.advlock_edition_try_all(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
-  'advlock SQL edition (internal): advlock_try_all_with_timeout once the keys are known';
 COMMENT ON FUNCTION @extschema@.advlock_edition_lock_all(pg_catalog.int8[], pg_catalog.text, pg_catalog.text[], pg_catalog.int8[], pg_catalog.int4, pg_catalog.text, pg_catalog.text) IS
   'advlock SQL edition (internal): advlock_lock_all_with_timeout once the keys are known, with its 55P03 error';
 COMMENT ON FUNCTION @extschema@.advlock_edition_unlock_all(pg_catalog.int8[], pg_catalog.text, pg_catalog.text[], pg_catalog.int8[], pg_catalog.text) IS

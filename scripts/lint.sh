@@ -12,13 +12,17 @@
 #   (actionlint) the GitHub Actions workflows (.github/workflows/*.yml), with ShellCheck on their
 #                `run:` steps
 #   (scenarios)  clients/check_scenarios.py: every client's tests name every scenario of clients/SCENARIOS.md
-#   (messages)   scripts/messages.py: the extension's messages and the SQL edition's RAISEs say what
-#                the catalog sql/messages.toml says (messages once: the edition cannot drift)
+#   (messages)   scripts/messages.py: the extension's messages (Rust and sql/*.sql) and the SQL
+#                edition's RAISEs say what the catalog sql/messages.toml says, word for word
+#                (messages once: no side can drift)
+#   (mutations)  scripts/messages_mutations.py: the messages lint fails on every one-word edit
+#                planted in a copy (each catalogued message on each side, the key and holder
+#                descriptions)
 #   (rubocop)    RuboCop (Debian's rubocop) and `ruby -wc` on the Ruby client (configuration: clients/ruby/.rubocop.yml)
 # The shellcheck tool is a Debian package; ruff and actionlint are pinned in
 # pg_test/requirements-tools.txt, all installed by scripts/setup.sh (RuboCop too, from Debian).
 # Prints "lint: N passed, M failed" and writes "lint N M" to $ADVLOCK_SUMMARY.
-# Usage: scripts/lint.sh [rustfmt clippy shellcheck ruff ascii versions actionlint scenarios messages rubocop]   (default: all)
+# Usage: scripts/lint.sh [rustfmt clippy shellcheck ruff ascii versions actionlint scenarios messages mutations rubocop]   (default: all)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
@@ -28,7 +32,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 major=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
 venv=${ADVLOCK_VENV:-$repo/pg_test/.venv}
 summary=${ADVLOCK_SUMMARY:-/dev/null}
-checks=("$@"); [ ${#checks[@]} -gt 0 ] || checks=(rustfmt clippy shellcheck ruff ascii versions actionlint scenarios messages rubocop)
+checks=("$@"); [ ${#checks[@]} -gt 0 ] || checks=(rustfmt clippy shellcheck ruff ascii versions actionlint scenarios messages mutations rubocop)
 
 passed=0 failed=0
 lint() { # name command...
@@ -59,6 +63,7 @@ for check in "${checks[@]}"; do
     actionlint) lint actionlint "$venv/bin/actionlint" -shellcheck="$(command -v shellcheck)" ;;
     scenarios)  lint scenarios python3 clients/check_scenarios.py ;;
     messages)   lint messages python3 "$here/messages.py" ;;
+    mutations)  lint mutations python3 "$here/messages_mutations.py" ;;
     rubocop)    lint rubocop ruby_lint ;;
     *) echo "lint: unknown check $check"; failed=$((failed + 1)) ;;
   esac

@@ -8,7 +8,8 @@ it takes to be in its own encoding (EUC_JP, LATIN1, ...). So every such text is 
   - Rust string, byte-string, C-string and char literals under src/ (messages, SQL the
     extension runs, extension_sql! blocks); comments may use any character;
   - the current SQL scripts sql/*.sql (the install script's pieces, comments.sql, the upgrade
-    scripts; sql/archive/ holds released install scripts, which never change);
+    scripts; sql/archive/ holds released install scripts, which never change) and the templates
+    of sql/templates/;
   - the SQL edition's sources and build (edition/src/*, edition/*.sql) and advlock.control.
 
 Write a non-ASCII test value as an escape (Rust "\\u{e9}", SQL chr(233) or U&'\\00e9').
@@ -92,7 +93,7 @@ def _raw_start(text, i):
 
 def default_files():
     rust = glob.glob(os.path.join(REPO, "src", "**", "*.rs"), recursive=True)
-    plain = (glob.glob(os.path.join(REPO, "sql", "*.sql"))
+    plain = (glob.glob(os.path.join(REPO, "sql", "*.sql")) + glob.glob(os.path.join(REPO, "sql", "templates", "*.sql"))
              + glob.glob(os.path.join(REPO, "edition", "src", "*"))
              + glob.glob(os.path.join(REPO, "edition", "*.sql"))
              + [os.path.join(REPO, "advlock.control")])

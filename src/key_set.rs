@@ -16,7 +16,7 @@
 use crate::acquisition::{self, lock, try_acquire, Asked};
 use crate::errors::{invalid_argument, required, Report};
 use crate::keys;
-use crate::lock_request::{Id, Mode, Target};
+use crate::lock_request::{Mode, Target};
 use crate::server_text::ServerText;
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::prelude::*;
@@ -50,49 +50,22 @@ fn null_element(function: &str, argument: &str, position: usize) -> ! {
     .raise()
 }
 
-fn targets_of_keys<'a>(keys: &'a Array<'_, i64>, function: &str) -> Vec<Target<'a>> {
-    not_empty(keys.len(), function, "keys");
-    keys.iter()
-        .enumerate()
-        .map(|(i, key)| match key {
-            Some(key) => Target { key, label: None },
-            None => null_element(function, "keys", i + 1),
-        })
-        .collect()
-}
-
-fn targets_of_text_ids<'a>(
-    ns: ServerText<'a>,
-    ids: &'a Array<'_, ServerText<'_>>,
+/// The targets of an array argument, in the caller's order: the array not empty (22023) and no
+/// element NULL (22004, naming its 1-based position); each element made a target by `target`
+/// (`Target::of_key`, `of_text`, `of_int`: the same targets as the single-key forms).
+fn targets_of<'a, T>(
+    elements: impl Iterator<Item = Option<T>>,
+    len: usize,
     function: &str,
+    argument: &str,
+    target: impl Fn(T) -> Target<'a>,
 ) -> Vec<Target<'a>> {
-    not_empty(ids.len(), function, "ids");
-    ids.iter()
+    not_empty(len, function, argument);
+    elements
         .enumerate()
-        .map(|(i, id)| match id {
-            Some(id) => Target {
-                key: keys::key_of_text(&ns, &id),
-                label: Some((ns, Id::Text(id))),
-            },
-            None => null_element(function, "ids", i + 1),
-        })
-        .collect()
-}
-
-fn targets_of_int_ids<'a>(
-    ns: ServerText<'a>,
-    ids: &'a Array<'_, i64>,
-    function: &str,
-) -> Vec<Target<'a>> {
-    not_empty(ids.len(), function, "ids");
-    ids.iter()
-        .enumerate()
-        .map(|(i, id)| match id {
-            Some(id) => Target {
-                key: keys::key_of_int(&ns, id),
-                label: Some((ns, Id::Int(id))),
-            },
-            None => null_element(function, "ids", i + 1),
+        .map(|(i, element)| match element {
+            Some(element) => target(element),
+            None => null_element(function, argument, i + 1),
         })
         .collect()
 }
@@ -122,7 +95,7 @@ macro_rules! key_set_forms {
         $(#[$attr])*
         fn $keys_fn(keys: Option<Array<i64>>, $($args)*) $(-> $($ret)*)? {
             let keys = required(keys, $function, "keys");
-            let $targets = targets_of_keys(&keys, $function);
+            let $targets = targets_of(keys.iter(), keys.len(), $function, "keys", Target::of_key);
             $body
         }
 
@@ -130,7 +103,7 @@ macro_rules! key_set_forms {
         fn $text_fn(ns: Option<ServerText>, ids: Option<Array<ServerText>>, $($args)*) $(-> $($ret)*)? {
             let ns = keys::namespace(ns, $function);
             let ids = required(ids, $function, "ids");
-            let $targets = targets_of_text_ids(ns, &ids, $function);
+            let $targets = targets_of(ids.iter(), ids.len(), $function, "ids", |id| Target::of_text(ns, id));
             $body
         }
 
@@ -138,7 +111,7 @@ macro_rules! key_set_forms {
         fn $int_fn(ns: Option<ServerText>, ids: Option<Array<i64>>, $($args)*) $(-> $($ret)*)? {
             let ns = keys::namespace(ns, $function);
             let ids = required(ids, $function, "ids");
-            let $targets = targets_of_int_ids(ns, &ids, $function);
+            let $targets = targets_of(ids.iter(), ids.len(), $function, "ids", |id| Target::of_int(ns, id));
             $body
         }
     };

@@ -59,12 +59,30 @@ pub struct Target<'a> {
 }
 
 impl<'a> Target<'a> {
+    /// A bare key.
+    pub fn of_key(key: i64) -> Target<'a> {
+        Target { key, label: None }
+    }
+
+    /// `advlock_key(ns, id)` of a checked namespace and a text id, labelled with both.
+    pub fn of_text(ns: ServerText<'a>, id: ServerText<'a>) -> Target<'a> {
+        Target {
+            key: keys::key_of_text(&ns, &id),
+            label: Some((ns, Id::Text(id))),
+        }
+    }
+
+    /// `advlock_key(ns, id)` of a checked namespace and an integer id, labelled with both.
+    pub fn of_int(ns: ServerText<'a>, id: i64) -> Target<'a> {
+        Target {
+            key: keys::key_of_int(&ns, id),
+            label: Some((ns, Id::Int(id))),
+        }
+    }
+
     #[track_caller]
     pub fn from_key(key: Option<i64>, function: &str) -> Target<'a> {
-        Target {
-            key: required(key, function, "key"),
-            label: None,
-        }
+        Target::of_key(required(key, function, "key"))
     }
 
     #[track_caller]
@@ -74,42 +92,31 @@ impl<'a> Target<'a> {
         function: &str,
     ) -> Target<'a> {
         let ns = keys::namespace(ns, function);
-        let id = required(id, function, "id");
-        Target {
-            key: keys::key_of_text(&ns, &id),
-            label: Some((ns, Id::Text(id))),
-        }
+        Target::of_text(ns, required(id, function, "id"))
     }
 
     #[track_caller]
     pub fn from_int(ns: Option<ServerText<'a>>, id: Option<i64>, function: &str) -> Target<'a> {
         let ns = keys::namespace(ns, function);
-        let id = required(id, function, "id");
-        Target {
-            key: keys::key_of_int(&ns, id),
-            label: Some((ns, Id::Int(id))),
-        }
+        Target::of_int(ns, required(id, function, "id"))
     }
 
-    /// "key 123" or "key 123 = advlock_key('rollup', 'nightly')".
+    /// "key 123" or "key 123 = advlock_key('rollup', 'nightly')": the key description of every
+    /// message (sql/messages.toml's `key` description; the edition's advlock_edition_describe).
     pub fn describe(&self) -> String {
-        let quote = |s: String| format!("'{}'", s.replace('\'', "''"));
+        // A text argument inside SQL quotes, its quotes doubled.
+        let quoted = |s: &ServerText| s.display().replace('\'', "''");
         match &self.label {
             None => format!("key {}", self.key),
-            Some((ns, Id::Text(id))) => {
-                format!(
-                    "key {} = advlock_key({}, {})",
-                    self.key,
-                    quote(ns.display()),
-                    quote(id.display())
-                )
-            }
-            Some((ns, Id::Int(id))) => format!(
-                "key {} = advlock_key({}, {})",
+            Some((ns, Id::Text(id))) => format!(
+                "key {} = advlock_key('{}', '{}')",
                 self.key,
-                quote(ns.display()),
-                id
+                quoted(ns),
+                quoted(id)
             ),
+            Some((ns, Id::Int(id))) => {
+                format!("key {} = advlock_key('{}', {})", self.key, quoted(ns), id)
+            }
         }
     }
 }

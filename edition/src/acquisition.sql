@@ -128,37 +128,112 @@ BEGIN
 END
 $fn$;
 
--- The whole acquisition, as src/acquisition.rs: checks (timeout_ms, scope, mode; the target
--- was checked by the caller), a no-wait try, then (only if busy) the bounded wait. The
--- uncontended path opens no subtransaction. fn names the function called, for messages.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_acquire(fn pg_catalog.text, key pg_catalog.int8,
+-- The acquisition, one routine for one key and for a set, as src/acquisition.rs's acquire: the
+-- checks (timeout_ms, scope, mode; the keys were checked by the caller), then the distinct keys
+-- in ascending order within one deadline of timeout_ms, each by a no-wait try and (only if busy)
+-- the bounded wait. busy_key is NULL when every key is held, else the key that stayed busy (then
+-- nothing this call took is held), with the time waited. fn names the function called.
+--
+-- A key set (key_set) is taken inside one exception block (a subtransaction): when a key stays
+-- busy the block raises, and its abort gives back exactly the transaction-scope holds it took;
+-- session-scope holds survive a subtransaction abort, so the handler releases those one by one
+-- (one hold per key, so a hold the session had before the call stays). An ERROR during the call
+-- (deadlock with a caller of the single-key functions, cancel, statement_timeout, a full lock
+-- table) gives back the same way before it is raised again. A single-key call has nothing to give
+-- back when its one key stays busy: it opens no block, so its uncontended path takes no
+-- subtransaction, and a full lock table reaches its caller as PostgreSQL's own 53200
+-- (docs/sql-edition.md).
+DROP FUNCTION IF EXISTS @extschema@.advlock_edition_acquire(pg_catalog.text, pg_catalog.int8, pg_catalog.int4,
+                                                           pg_catalog.text, pg_catalog.text);
+DROP FUNCTION IF EXISTS @extschema@.advlock_edition_acquire_all(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4,
+                                                               pg_catalog.bool, pg_catalog.bool);
+DROP FUNCTION IF EXISTS @extschema@.advlock_edition_try_all(pg_catalog.text, pg_catalog.int8[], pg_catalog.int4,
+                                                           pg_catalog.text, pg_catalog.text);
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_acquire(fn pg_catalog.text, keys pg_catalog.int8[],
                                                               timeout_ms pg_catalog.int4, scope pg_catalog.text,
-                                                              mode pg_catalog.text)
-RETURNS pg_catalog.bool
+                                                              mode pg_catalog.text, key_set pg_catalog.bool,
+                                                              OUT busy_key pg_catalog.int8, OUT waited_ms pg_catalog.int8)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     session boolean;
     shared boolean;
-    got boolean;
+    started timestamptz;
+    deadline timestamptz;
+    sorted bigint[] := keys;
+    taken int := 0;   -- how many of sorted (from the first) this call holds
+    k bigint;
 BEGIN
     PERFORM @extschema@.advlock_edition_check_timeout(fn, timeout_ms);
     session := @extschema@.advlock_edition_scope(fn, scope);
     shared := @extschema@.advlock_edition_mode(fn, mode);
     PERFORM @extschema@.advlock_edition_preflight(fn, session);
+    started := clock_timestamp();
+    IF NOT key_set THEN
+        IF NOT @extschema@.advlock_edition_take(keys[1], session, shared, timeout_ms) THEN
+            busy_key := keys[1];
+            waited_ms := floor(extract(epoch FROM clock_timestamp() - started) * 1000);
+        END IF;
+        RETURN;
+    END IF;
+    deadline := started + timeout_ms * interval '1 millisecond';
+    SELECT array_agg(DISTINCT v ORDER BY v) INTO sorted FROM unnest(keys) v;
+    BEGIN
+        FOREACH k IN ARRAY sorted LOOP
+            -- What is left of the deadline (a key set shares one).
+            IF NOT @extschema@.advlock_edition_take(k, session, shared,
+                       least(floor(extract(epoch FROM deadline - clock_timestamp()) * 1000), 2147483647)::int) THEN
+                busy_key := k;
+                waited_ms := floor(extract(epoch FROM clock_timestamp() - started) * 1000);
+                -- Leaves the block: its abort releases the transaction-scope holds taken in it.
+                RAISE EXCEPTION USING ERRCODE = 'lock_not_available', MESSAGE = 'advlock: key set busy';
+            END IF;
+            taken := taken + 1;
+        END LOOP;
+    EXCEPTION
+        WHEN lock_not_available THEN
+            IF session THEN PERFORM @extschema@.advlock_edition_give_back(sorted, taken, shared); END IF;
+            IF busy_key IS NULL THEN
+                -- Not ours (a lock_timeout of the caller's firing elsewhere): re-raised.
+                RAISE;
+            END IF;
+        WHEN out_of_memory THEN
+            IF session THEN PERFORM @extschema@.advlock_edition_give_back(sorted, taken, shared); END IF;
+            IF SQLERRM = 'out of shared memory' THEN
+                RAISE EXCEPTION 'the lock table has no room for another advisory lock'
+                    USING ERRCODE = 'out_of_memory',
+                          DETAIL = format('Keys asked for: %s; taken before it was full: %s. None of them is held: the error releases the ones it took.', cardinality(sorted), taken),
+                          HINT = 'Hold fewer locks at once (fewer keys per call, no session lock kept longer than needed), or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction * (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.';
+            END IF;
+            RAISE;
+        WHEN query_canceled THEN   -- not among OTHERS
+            IF session THEN PERFORM @extschema@.advlock_edition_give_back(sorted, taken, shared); END IF;
+            RAISE;
+        WHEN OTHERS THEN
+            IF session THEN PERFORM @extschema@.advlock_edition_give_back(sorted, taken, shared); END IF;
+            RAISE;
+    END;
+END
+$fn$;
+
+-- One key of an acquisition: a no-wait try, then (only if busy and wait_ms > 0) the bounded wait,
+-- which reports true also when the grant raced the timeout, so a key taken is never reported busy.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_take(key pg_catalog.int8, session pg_catalog.bool,
+                                                           shared pg_catalog.bool, wait_ms pg_catalog.int4)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
     IF session THEN
-        got := CASE WHEN shared THEN pg_try_advisory_lock_shared(key) ELSE pg_try_advisory_lock(key) END;
+        IF shared THEN IF pg_try_advisory_lock_shared(key) THEN RETURN true; END IF;
+        ELSIF pg_try_advisory_lock(key) THEN RETURN true; END IF;
     ELSE
-        got := CASE WHEN shared THEN pg_try_advisory_xact_lock_shared(key) ELSE pg_try_advisory_xact_lock(key) END;
+        IF shared THEN IF pg_try_advisory_xact_lock_shared(key) THEN RETURN true; END IF;
+        ELSIF pg_try_advisory_xact_lock(key) THEN RETURN true; END IF;
     END IF;
-    IF got THEN
-        RETURN true;
-    END IF;
-    IF timeout_ms = 0 THEN
-        RETURN false;
-    END IF;
-    RETURN @extschema@.advlock_edition_wait(key, session, shared, timeout_ms);
+    RETURN wait_ms > 0 AND @extschema@.advlock_edition_wait(key, session, shared, wait_ms);
 END
 $fn$;
 
@@ -208,17 +283,17 @@ END
 $fn$;
 
 -- advlock_lock_with_timeout's error when the wait ran out (src/acquisition.rs), with the
--- holders in the DETAIL as src/diagnostics.rs describes them. target: "key N" or
--- "key N = advlock_key('ns', 'id')".
+-- holders in the DETAIL as src/diagnostics.rs describes them. target: the key as
+-- advlock_edition_describe writes it.
+DROP FUNCTION IF EXISTS @extschema@.advlock_edition_raise_timeout(pg_catalog.int8, pg_catalog.text, pg_catalog.int4,
+                                                                 pg_catalog.text, pg_catalog.timestamptz);
 CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_raise_timeout(key pg_catalog.int8, target pg_catalog.text,
                                                                     timeout_ms pg_catalog.int4, req_mode pg_catalog.text,
-                                                                    started pg_catalog.timestamptz)
+                                                                    waited pg_catalog.int8)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-    waited bigint := floor(extract(epoch FROM clock_timestamp() - started) * 1000);
 BEGIN
     RAISE EXCEPTION 'could not obtain % advisory lock on % within % ms (waited % ms)', req_mode, target, timeout_ms, waited
         USING ERRCODE = 'lock_not_available',
@@ -252,21 +327,23 @@ BEGIN
        AND (req_mode = 'exclusive' OR l.mode = 'ExclusiveLock')
        AND l.pid <> pg_backend_pid();
     RETURN CASE WHEN holders IS NULL THEN 'The holder released it after the wait ended.'
-                ELSE 'Held by ' || holders || '.' END;
+                ELSE format('Held by %s.', holders) END;
 END
 $fn$;
 
--- "key N = advlock_key('ns', 'id')" (Target::describe); id_text is NULL for an integer id.
+-- "key N" (ns NULL), or "key N = advlock_key('ns', 'id')" (Target::describe, the key description
+-- of sql/messages.toml); id_text is NULL for an integer id.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_describe(key pg_catalog.int8, ns pg_catalog.text,
                                                                id_text pg_catalog.text, id_int pg_catalog.int8)
 RETURNS pg_catalog.text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN 'key ' OPERATOR(pg_catalog.||) key OPERATOR(pg_catalog.||) ' = advlock_key('''
-       OPERATOR(pg_catalog.||) pg_catalog.replace(@extschema@.advlock_edition_display(ns), '''', '''''')
-       OPERATOR(pg_catalog.||) ''', '
-       OPERATOR(pg_catalog.||) CASE WHEN id_text IS NULL THEN id_int::pg_catalog.text
-                                    ELSE '''' OPERATOR(pg_catalog.||) pg_catalog.replace(@extschema@.advlock_edition_display(id_text), '''', '''''') OPERATOR(pg_catalog.||) '''' END
-       OPERATOR(pg_catalog.||) ')';
+RETURN CASE WHEN ns IS NULL THEN pg_catalog.format('key %s', key)
+            WHEN id_text IS NULL
+            THEN pg_catalog.format('key %s = advlock_key(''%s'', %s)', key,
+                                   pg_catalog.replace(@extschema@.advlock_edition_display(ns), '''', ''''''), id_int)
+            ELSE pg_catalog.format('key %s = advlock_key(''%s'', ''%s'')', key,
+                                   pg_catalog.replace(@extschema@.advlock_edition_display(ns), '''', ''''''),
+                                   pg_catalog.replace(@extschema@.advlock_edition_display(id_text), '''', '''''')) END;
 
 -- One session hold of key released by pg_advisory_unlock*, whose own WARNING on failure ("you
 -- don't own a lock of type ...") is kept from the client: advlock_edition_release says more.
@@ -325,7 +402,7 @@ BEGIN
     IF key IS NULL THEN
         PERFORM @extschema@.advlock_edition_null_key('advlock_try_with_timeout', 'key');
     END IF;
-    RETURN @extschema@.advlock_edition_acquire('advlock_try_with_timeout', key, timeout_ms, scope, mode);
+    RETURN (@extschema@.advlock_edition_acquire('advlock_try_with_timeout', ARRAY[key], timeout_ms, scope, mode, false)).busy_key IS NULL;
 END
 $fn$;
 
@@ -341,7 +418,8 @@ BEGIN
     IF ns IS NULL OR ns = '' OR id IS NULL THEN
         PERFORM @extschema@.advlock_edition_check_target('advlock_try_with_timeout', ns, id IS NULL);
     END IF;
-    RETURN @extschema@.advlock_edition_acquire('advlock_try_with_timeout', @extschema@.advlock_key(ns, id), timeout_ms, scope, mode);
+    RETURN (@extschema@.advlock_edition_acquire('advlock_try_with_timeout', ARRAY[@extschema@.advlock_key(ns, id)],
+                                                timeout_ms, scope, mode, false)).busy_key IS NULL;
 END
 $fn$;
 -- @end forms
@@ -354,13 +432,15 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    started timestamptz := clock_timestamp();
+    r record;
 BEGIN
     IF key IS NULL THEN
         PERFORM @extschema@.advlock_edition_null_key('advlock_lock_with_timeout', 'key');
     END IF;
-    IF NOT @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', key, timeout_ms, scope, mode) THEN
-        PERFORM @extschema@.advlock_edition_raise_timeout(key, 'key ' || key, timeout_ms, mode, started);
+    r := @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', ARRAY[key], timeout_ms, scope, mode, false);
+    IF r.busy_key IS NOT NULL THEN
+        PERFORM @extschema@.advlock_edition_raise_timeout(key, @extschema@.advlock_edition_describe(key, NULL, NULL, NULL),
+                                                         timeout_ms, mode, r.waited_ms);
     END IF;
 END
 $fn$;
@@ -374,16 +454,17 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    started timestamptz := clock_timestamp();
     k bigint;
+    r record;
 BEGIN
     IF ns IS NULL OR ns = '' OR id IS NULL THEN
         PERFORM @extschema@.advlock_edition_check_target('advlock_lock_with_timeout', ns, id IS NULL);
     END IF;
     k := @extschema@.advlock_key(ns, id);
-    IF NOT @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', k, timeout_ms, scope, mode) THEN
+    r := @extschema@.advlock_edition_acquire('advlock_lock_with_timeout', ARRAY[k], timeout_ms, scope, mode, false);
+    IF r.busy_key IS NOT NULL THEN
         PERFORM @extschema@.advlock_edition_raise_timeout(k, @extschema@.advlock_edition_describe(k, ns, @text_id@, @int_id@),
-                                                         timeout_ms, mode, started);
+                                                         timeout_ms, mode, r.waited_ms);
     END IF;
 END
 $fn$;
@@ -401,7 +482,7 @@ BEGIN
     END IF;
     RETURN @extschema@.advlock_edition_release('advlock_unlock', key,
                                                @extschema@.advlock_edition_mode('advlock_unlock', mode),
-                                               'key ' || key);
+                                               @extschema@.advlock_edition_describe(key, NULL, NULL, NULL));
 END
 $fn$;
 

@@ -4,13 +4,8 @@
 -- (src/holding.rs).
 --
 -- Every call takes its distinct keys in ascending order within one deadline, so callers of these
--- functions never deadlock each other. The holds are taken inside one PL/pgSQL exception block (a
--- subtransaction): when a key stays busy past the deadline the block raises, and its abort gives
--- back exactly the transaction-scope holds it took; session-scope holds survive a subtransaction
--- abort, so the handler releases those one by one (one hold per key, so a hold the session had
--- before the call stays). An ERROR during the call (deadlock with a caller of the single-key
--- functions, cancel, statement_timeout, a full lock table) gives back the same way before it is
--- raised again.
+-- functions never deadlock each other: by advlock_edition_acquire (edition/src/acquisition.sql),
+-- the routine of the single-key functions too, which takes a key set all or nothing.
 
 -- The keys of an array argument, in the caller's order: the checks of targets_of_keys /
 -- targets_of_*_ids (empty array 22023, NULL element 22004, naming its 1-based position).
@@ -93,103 +88,8 @@ BEGIN
 END
 $fn$;
 
--- The acquisition itself (acquire_all): keys sorted and distinct, arguments checked. busy is 0
--- when every key is held, else the 1-based position of the key that stayed busy (then nothing
--- this call took is held), with the time waited.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_acquire_all(fn pg_catalog.text, keys pg_catalog.int8[],
-                                                                  timeout_ms pg_catalog.int4, session pg_catalog.bool,
-                                                                  shared pg_catalog.bool,
-                                                                  OUT busy pg_catalog.int4, OUT waited_ms pg_catalog.int8)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    started timestamptz;
-    deadline timestamptz;
-    taken int := 0;   -- how many of keys (from the first) this call holds
-    left_ms bigint;
-    got boolean;
-    k bigint;
-BEGIN
-    PERFORM @extschema@.advlock_edition_preflight(fn, session);
-    started := clock_timestamp();
-    deadline := started + timeout_ms * interval '1 millisecond';
-    busy := 0;
-    BEGIN
-        FOREACH k IN ARRAY keys LOOP
-            IF session THEN
-                got := CASE WHEN shared THEN pg_try_advisory_lock_shared(k) ELSE pg_try_advisory_lock(k) END;
-            ELSE
-                got := CASE WHEN shared THEN pg_try_advisory_xact_lock_shared(k) ELSE pg_try_advisory_xact_lock(k) END;
-            END IF;
-            IF NOT got THEN
-                left_ms := least(floor(extract(epoch FROM deadline - clock_timestamp()) * 1000), 2147483647);
-                IF left_ms > 0 THEN
-                    -- The bounded wait of the single-key functions: true also when the grant
-                    -- raced the timeout, so a key taken is never reported busy.
-                    got := @extschema@.advlock_edition_wait(k, session, shared, left_ms::int);
-                END IF;
-            END IF;
-            IF NOT got THEN
-                busy := taken + 1;
-                waited_ms := floor(extract(epoch FROM clock_timestamp() - started) * 1000);
-                -- Leaves the block: its abort releases the transaction-scope holds taken in it.
-                RAISE EXCEPTION USING ERRCODE = 'lock_not_available', MESSAGE = 'advlock: key set busy';
-            END IF;
-            taken := taken + 1;
-        END LOOP;
-    EXCEPTION
-        WHEN lock_not_available THEN
-            IF busy = 0 THEN
-                -- Not ours (a lock_timeout of the caller's firing elsewhere): give back, re-raise.
-                IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
-                RAISE;
-            END IF;
-            IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
-        WHEN out_of_memory THEN
-            IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
-            IF SQLERRM = 'out of shared memory' THEN
-                RAISE EXCEPTION 'the lock table has no room for another advisory lock'
-                    USING ERRCODE = 'out_of_memory',
-                          DETAIL = format('Keys asked for: %s; taken before it was full: %s. None of them is held: the error releases the ones it took.', cardinality(keys), taken),
-                          HINT = 'Hold fewer locks at once (fewer keys per call, no session lock kept longer than needed), or raise max_locks_per_transaction (a restart is needed): the shared lock table is sized for max_locks_per_transaction * (max_connections + max_prepared_transactions) locks, and holds more only while spare shared memory lasts.';
-            END IF;
-            RAISE;
-        WHEN query_canceled THEN
-            IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
-            RAISE;
-        WHEN OTHERS THEN
-            IF session THEN PERFORM @extschema@.advlock_edition_give_back(keys, taken, shared); END IF;
-            RAISE;
-    END;
-END
-$fn$;
-
--- try_all: checks in the extension's order, then the sorted, distinct keys.
-CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_try_all(fn pg_catalog.text, keys pg_catalog.int8[],
-                                                              timeout_ms pg_catalog.int4, scope pg_catalog.text,
-                                                              mode pg_catalog.text)
-RETURNS pg_catalog.bool
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    session boolean;
-    shared boolean;
-    sorted bigint[];
-    r record;
-BEGIN
-    PERFORM @extschema@.advlock_edition_check_timeout(fn, timeout_ms);
-    session := @extschema@.advlock_edition_scope(fn, scope);
-    shared := @extschema@.advlock_edition_mode(fn, mode);
-    SELECT array_agg(DISTINCT k ORDER BY k) INTO sorted FROM unnest(keys) k;
-    r := @extschema@.advlock_edition_acquire_all(fn, sorted, timeout_ms, session, shared);
-    RETURN r.busy = 0;
-END
-$fn$;
-
--- lock_all: as try_all, and 55P03 naming the busy key (the first label given for it) and its
--- holders when the deadline passed.
+-- lock_all: the acquisition of a key set, and 55P03 naming the busy key (the first label given for
+-- it) and its holders when the deadline passed.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_edition_lock_all(keys pg_catalog.int8[], ns pg_catalog.text,
                                                                text_ids pg_catalog.text[], int_ids pg_catalog.int8[],
                                                                timeout_ms pg_catalog.int4, scope pg_catalog.text,
@@ -199,25 +99,17 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    fn constant text := 'advlock_lock_all_with_timeout';
-    session boolean;
-    shared boolean;
-    sorted bigint[];
     r record;
     k bigint;
     target text;
 BEGIN
-    PERFORM @extschema@.advlock_edition_check_timeout(fn, timeout_ms);
-    session := @extschema@.advlock_edition_scope(fn, scope);
-    shared := @extschema@.advlock_edition_mode(fn, mode);
-    SELECT array_agg(DISTINCT v ORDER BY v) INTO sorted FROM unnest(keys) v;
-    r := @extschema@.advlock_edition_acquire_all(fn, sorted, timeout_ms, session, shared);
-    IF r.busy = 0 THEN
+    r := @extschema@.advlock_edition_acquire('advlock_lock_all_with_timeout', keys, timeout_ms, scope, mode, true);
+    IF r.busy_key IS NULL THEN
         RETURN;
     END IF;
-    k := sorted[r.busy];
+    k := r.busy_key;
     IF ns IS NULL THEN
-        target := 'key ' || k;
+        target := @extschema@.advlock_edition_describe(k, NULL, NULL, NULL);
     ELSIF text_ids IS NOT NULL THEN
         SELECT @extschema@.advlock_edition_describe(k, ns, u.v, NULL) INTO target
           FROM unnest(keys, text_ids) WITH ORDINALITY u(key, v, i) WHERE u.key = k ORDER BY u.i LIMIT 1;
@@ -226,7 +118,7 @@ BEGIN
           FROM unnest(keys, int_ids) WITH ORDINALITY u(key, v, i) WHERE u.key = k ORDER BY u.i LIMIT 1;
     END IF;
     RAISE EXCEPTION 'could not obtain % advisory locks on all % keys within % ms (waited % ms): % is busy',
-                    mode, cardinality(sorted), timeout_ms, r.waited_ms, target
+                    mode, (SELECT count(DISTINCT v) FROM unnest(keys) v), timeout_ms, r.waited_ms, target
         USING ERRCODE = 'lock_not_available',
               DETAIL = @extschema@.advlock_edition_holders(k, mode) || ' No key of this call is held.',
               HINT = 'Retry later or with a larger timeout_ms; SELECT * FROM advlock_holders shows who holds which lock.';
@@ -255,8 +147,7 @@ DECLARE
 BEGIN
     FOR k, target IN
         SELECT DISTINCT ON (u.key) u.key,
-               CASE WHEN ns IS NULL THEN 'key ' || u.key
-                    ELSE @extschema@.advlock_edition_describe(u.key, ns, u.t, u.n) END
+               @extschema@.advlock_edition_describe(u.key, ns, u.t, u.n)
           FROM unnest(keys, text_ids, int_ids) WITH ORDINALITY u(key, t, n, i)
          ORDER BY u.key, u.i
     LOOP
@@ -278,9 +169,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN @extschema@.advlock_edition_try_all('advlock_try_all_with_timeout',
+    RETURN (@extschema@.advlock_edition_acquire('advlock_try_all_with_timeout',
         @extschema@.advlock_edition_set_keys('advlock_try_all_with_timeout', keys, NULL, NULL, NULL, 'keys'),
-        timeout_ms, scope, mode);
+        timeout_ms, scope, mode, true)).busy_key IS NULL;
 END
 $fn$;
 
@@ -293,9 +184,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    RETURN @extschema@.advlock_edition_try_all('advlock_try_all_with_timeout',
+    RETURN (@extschema@.advlock_edition_acquire('advlock_try_all_with_timeout',
         @extschema@.advlock_edition_set_keys('advlock_try_all_with_timeout', NULL, ns, @text_ids@, @int_ids@, '@form@'),
-        timeout_ms, scope, mode);
+        timeout_ms, scope, mode, true)).busy_key IS NULL;
 END
 $fn$;
 -- @end forms

@@ -55,7 +55,7 @@ BEGIN
                   DETAIL = 'A fencing token is drawn from a WAL-logged sequence, which needs a writable transaction on the primary.',
                   HINT = 'Call it on the primary, outside read-only transactions (default_transaction_read_only = off).';
     END IF;
-    IF NOT @extschema@.advlock_edition_acquire(fn, key, timeout_ms, scope, mode) THEN
+    IF (@extschema@.advlock_edition_acquire(fn, ARRAY[key], timeout_ms, scope, mode, false)).busy_key IS NOT NULL THEN
         RETURN NULL;
     END IF;
     -- The first 8 hex digits of a WAL file name are its timeline.
