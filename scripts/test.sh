@@ -104,7 +104,7 @@ if "$here/install_ext.sh" "$PG_CONFIG" >"$log" 2>&1; then
   presummary=$(mktemp /tmp/advlock-summary-preload.XXXXXX)
   section "pg_test suites, preloaded"
   ADVLOCK_SUMMARY=$presummary ADVLOCK_TEST_CONF="shared_preload_libraries = 'advlock'" \
-    "$repo/pg_test/run.sh" regress isolation leases || status=1
+    "$repo/pg_test/run.sh" regress isolation leases failover || status=1
   sed 's/^/preload-/' "$presummary" >>"$summary"; : >"$presummary"
   section "pg_test regress, preloaded with tiny capacities (full tables)"
   ADVLOCK_SUMMARY=$presummary ADVLOCK_TEST_CONF=$'shared_preload_libraries = \'advlock\'\nadvlock.max_labels = 2\nadvlock.max_namespaces = 2' \

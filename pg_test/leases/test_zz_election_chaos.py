@@ -8,7 +8,8 @@ TTL/4, writing to a fenced resource every 20 ms, then resigning after a random h
   the "blocked renewal" of the issue) and then, stale, try to write with their old term;
 - backends are terminated (pg_terminate_backend of the leader's last renewal backend and of a
   waiting candidate or observer, every 1.5 s): a term belongs to no connection and survives;
-- the server is restarted once (pg_ctl restart -m fast): every term ends, tokens keep growing.
+- the server is restarted once (pg_ctl restart -m fast): a term survives it (leases are
+  WAL-logged and saved at shutdown) and its leader, reconnecting, renews it; tokens keep growing.
 Two observers (one through the pooler, one direct) watch with advlock_observe_leader.
 
 The fence: each write is one transaction through the pooler that starts with
@@ -122,7 +123,7 @@ def lead(conn, connect, name, term, rec, rng, stop):
     row = conn.execute("SELECT since, expires_at FROM advlock_leader('chaos', 'leader') WHERE term = %s",
                        (term,)).fetchone()
     if row is None:
-        return                                              # lost already (expired or restarted)
+        return                                              # lost already (expired)
     rec.since[term], rec.expires[term] = row
     hold_until = time.monotonic() + rng.uniform(0.3, 1.2)
     pause_at = time.monotonic() + rng.uniform(0.05, 0.25) if rng.random() < 0.25 else None
@@ -138,7 +139,7 @@ def lead(conn, connect, name, term, rec, rng, stop):
                                            "(SELECT expires_at FROM advlock_leases WHERE lease = %s)",
                                            (term, TTL_MS, term)).fetchone()
                 if not ok:
-                    return                                  # lost (a restart, or renewed too late)
+                    return                                  # lost (renewed too late)
                 rec.expires[term] = expires
                 renewed = time.monotonic()
             if not write(conn, term, rec):
