@@ -2,11 +2,14 @@
 //! SQL API and the rules).
 //!
 //! Locking: one LWLock (`shmem::lwlock(shmem::LEASES_LOCK)`) guards everything here, taken
-//! exclusively to change anything and shared to read for the view. Nothing under it waits, raises
-//! or allocates: each operation is a bounded scan of two fixed arrays, sized at server start by
+//! exclusively to change anything and shared to read for the view. Nothing under it waits for
+//! another backend: each operation is a bounded scan of fixed arrays, sized at server start by
 //! `advlock.max_leases` and `MaxBackends` (one waiter entry per backend: a backend waits for at
 //! most one lease at a time). That is also why this is not pgrx's `PgLwLock<T>`/`pg_shmem_init!`:
 //! those hold a type whose size is known at compile time, and these arrays are sized by settings.
+//! The one exception is WAL insertion (`lease_wal`): a change to a held lease is logged under the
+//! lock, so that the WAL's order is the table's, and may wait for WAL buffer space as a heap
+//! change under a buffer lock does; the grant's flush waits after the lock is released.
 //!
 //! Grants: `settle` is the only place a lease is granted. It runs whenever a key's holders or
 //! waiters may have changed (a wait begins or ends, a lease is released, renewed too late or
