@@ -63,7 +63,20 @@ class Cluster:
         wait_until(ready, timeout=120, interval=0.1, what=f"the server on port {self.port}")
 
     def crash(self):
-        """Stops the server as a crash does: no shutdown checkpoint, no state file."""
+        """A crash: a backend is killed (SIGKILL), so the postmaster ends every process,
+        reinitialises shared memory (an empty lease table, no state file) and runs crash
+        recovery from the last checkpoint: the leases come back from the WAL alone."""
+        before = self.log_text().count("all server processes terminated; reinitializing")
+        with self.connect("failover-victim", "postgres") as victim:
+            pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
+            as_postgres("kill", "-9", str(pid))
+            wait_until(lambda: self.log_text().count("all server processes terminated; reinitializing") > before,
+                       timeout=60, interval=0.05, what="the postmaster to reinitialise after the crash")
+        self.wait_ready()
+
+    def stop_immediately(self):
+        """pg_ctl stop -m immediate: no shutdown checkpoint; recovery replays the WAL at the next
+        start (onto the table the postmaster saved as it exited)."""
         self.ctl("-m", "immediate", "stop")
 
     def stop(self):

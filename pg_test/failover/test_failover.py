@@ -87,10 +87,11 @@ def contender_waits_for_pushed_expiry(conn, idle_lease):
     conn.execute("SELECT advlock_lease_release(%s)", (granted,))
 
 
-@pytest.mark.parametrize("how", ["crash", "clean"])
+@pytest.mark.parametrize("how", ["crash", "immediate", "clean"])
 def test_leases_survive_a_restart(primary, how):
-    """pg_ctl stop -m immediate (a crash: recovery replays the WAL) or -m fast (a clean shutdown:
-    no WAL is replayed, the postmaster saved the table), then start."""
+    """A crash (a backend SIGKILLed: the postmaster reinitialises and recovery replays the WAL
+    into an empty table), pg_ctl stop -m immediate + start (recovery replays the WAL), or -m
+    fast + start (a clean shutdown: no WAL is replayed, the postmaster saved the table)."""
     with primary.connect("failover-holder") as conn:
         held = take(conn)
         idle = conn.execute("SELECT advlock_lease(%s::bigint, %s, 0)", (IDLE_KEY, TTL_MS)).fetchone()[0]
@@ -98,8 +99,11 @@ def test_leases_survive_a_restart(primary, how):
     if how == "crash":
         primary.crash()
     else:
-        primary.ctl("-m", "fast", "stop")
-    primary.start()
+        if how == "immediate":
+            primary.stop_immediately()
+        else:
+            primary.ctl("-m", "fast", "stop")
+        primary.start()
     with primary.connect("failover-holder-again") as conn:
         check_survived(conn, held, started)
         contender_waits_for_pushed_expiry(conn, idle)
@@ -123,11 +127,25 @@ def test_a_checkpoint_does_not_lose_leases_granted_before_it(primary):
         time.sleep(1)
     started = datetime.datetime.now(datetime.timezone.utc)
     primary.crash()
-    primary.start()
     with primary.connect("failover-holder-again") as conn:
         assert gone not in leases(conn)
         check_survived(conn, held, started)
         contender_waits_for_pushed_expiry(conn, idle)
+        end_all(conn, held)
+
+
+def test_the_snapshot_worker_covers_a_checkpoint_without_lease_operations(primary):
+    """No lease operation at all after a checkpoint: the snapshot worker (a background worker
+    that looks at the redo pointer every second) logs the table, so a crash a few seconds later
+    still finds every lease."""
+    with primary.connect("failover-holder") as conn:
+        held = take(conn)
+        conn.execute("CHECKPOINT")
+    time.sleep(2.5)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    primary.crash()
+    with primary.connect("failover-holder-again") as conn:
+        check_survived(conn, held, started)
         end_all(conn, held)
 
 
@@ -178,7 +196,7 @@ def test_leases_are_replayed_on_a_standby_and_kept_by_its_promotion(clusters):
             wait_for_replay(primary, standby)
             assert leases(s)[held["lease"]][4] == renewed_expiry
     # Failover: the primary dies; the standby is promoted.
-    primary.crash()
+    primary.stop_immediately()
     with standby.connect("failover-clock") as s:
         promote_started = now_server(s)
     t0 = time.monotonic()
@@ -200,7 +218,6 @@ def test_leases_are_replayed_on_a_standby_and_kept_by_its_promotion(clusters):
         again = take(n)
     started = datetime.datetime.now(datetime.timezone.utc)
     standby.crash()
-    standby.start()
     with standby.connect("failover-new-primary") as n:
         check_survived(n, again, started)
         end_all(n, again)

@@ -14,14 +14,15 @@
 //!   writer within `wal_writer_delay`, not waited for: an end lost in a crash leaves a lease that
 //!   ends at its pushed expiry, the safe direction);
 //! * a snapshot of every held lease. Replay starts at the last checkpoint's redo pointer and
-//!   extensions get no checkpoint hook, so the operation that finds `pg_sys::GetRedoRecPtr()` past the
-//!   last snapshot logs a new one right after its own record: replay never needs a record older
-//!   than the redo pointer as long as some lease operation (a grant, renewal, release, expiry
-//!   noticed, in any database) ran after it. The remaining window, stated in the docs: a crash
-//!   after a checkpoint *completed* and before the next lease operation loses the leases that
-//!   no record since that checkpoint's start names — a holder that renews at least once per
-//!   checkpoint is always covered (a checkpoint started before its renewal, or a snapshot
-//!   followed).
+//!   extensions get no checkpoint hook, so whoever first finds `GetRedoRecPtr()` past the last
+//!   snapshot logs a new one: a lease operation (right after its own record) or the snapshot
+//!   worker (`advlock lease snapshots`, a background worker of the primary that looks every
+//!   second). Replay then never needs a record older than the redo pointer. The remaining
+//!   window, stated in the docs: a checkpoint that starts and completes within that second
+//!   with no lease operation after its start, followed by a crash before the worker's next
+//!   look, loses the leases granted before it (a spread checkpoint takes minutes; the window
+//!   is for `CHECKPOINT` and nearly idle ones). Same after a start from the state file: until
+//!   the first snapshot, about a second after the start.
 //!
 //! The startup process replays the records into the shared table (`redo`), on a hot standby
 //! continuously. At the end of redo (`cleanup`: crash recovery, promotion, point-in-time
@@ -40,9 +41,13 @@
 //! standby must use the primary's value (a base backup copies postgresql.conf).
 use crate::backend;
 use crate::preload::leases::{self as table, Image};
+use pgrx::bgworkers::{
+    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
+};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
 
 /// The id used unless `advlock.wal_rmgr_id` says otherwise: within the custom range (128-255),
 /// not RM_EXPERIMENTAL_ID (128), and not one listed on PostgreSQL's wiki page
@@ -157,9 +162,54 @@ pub fn snapshot_due(last_snapshot_end: pg_sys::XLogRecPtr) -> bool {
     RMGR_ID.load(Ordering::Relaxed) != 0 && last_snapshot_end <= unsafe { pg_sys::GetRedoRecPtr() }
 }
 
-/// Logs a snapshot of `images` (every held lease); returns the record's end.
+/// Logs a snapshot of `images` (every held lease); returns the record's end. Unimportant, like
+/// a renewal: on an otherwise idle server it must not make the next checkpoint necessary (whose
+/// redo pointer would make the next snapshot necessary, and so on).
+/// Handed to the WAL writer like an end (`log_end`); the snapshot worker flushes its own.
 pub fn log_snapshot<'a>(images: impl Iterator<Item = Image<'a>>) -> pg_sys::XLogRecPtr {
-    insert(SNAPSHOT, &encode_snapshot(images), false)
+    let end = insert(SNAPSHOT, &encode_snapshot(images), true);
+    if end != 0 {
+        // SAFETY: records a WAL position for the WAL writer to flush (a spinlock and a latch).
+        unsafe { pg_sys::XLogSetAsyncXactLSN(end) };
+    }
+    end
+}
+
+/// Where the next WAL record will start: a position after every checkpoint's redo pointer so far.
+pub fn insert_position() -> pg_sys::XLogRecPtr {
+    // SAFETY: reads the shared insert position under its spinlock.
+    unsafe { pg_sys::GetXLogInsertRecPtr() }
+}
+
+/// How often the snapshot worker looks at the redo pointer.
+const SNAPSHOT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// From `_PG_init` while preloading: the background worker that logs a snapshot within
+/// `SNAPSHOT_CHECK_INTERVAL` of a checkpoint's start even when no lease operation runs (on a
+/// primary: it starts when recovery has finished).
+pub fn register_snapshot_worker() {
+    BackgroundWorkerBuilder::new("advlock lease snapshots")
+        .set_type("advlock lease snapshots")
+        .set_library("advlock")
+        .set_function("advlock_lease_snapshot_worker")
+        .enable_shmem_access(None)
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(SNAPSHOT_CHECK_INTERVAL))
+        .load();
+}
+
+/// The snapshot worker's main loop: no database, no transaction, only the lease table.
+#[pg_guard]
+#[no_mangle]
+pub extern "C-unwind" fn advlock_lease_snapshot_worker(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    while BackgroundWorker::wait_latch(Some(SNAPSHOT_CHECK_INTERVAL)) {
+        // Flushed at once (outside the lock): the point of this worker is that the snapshot is
+        // on disk soon after a checkpoint began, whatever else the server does.
+        if let Some(end) = table::with_table(true, |t| t.snapshot_if_due()).flatten() {
+            flush(end);
+        }
+    }
 }
 
 fn encode_snapshot<'a>(images: impl Iterator<Item = Image<'a>>) -> Vec<u8> {
@@ -173,18 +223,21 @@ fn encode_snapshot<'a>(images: impl Iterator<Item = Image<'a>>) -> Vec<u8> {
     out
 }
 
+/// Waits until the WAL up to `lsn` (a position this process inserted) is on disk.
+fn flush(lsn: pg_sys::XLogRecPtr) {
+    // SAFETY: XLogFlush of a position already inserted; a no-op when it is flushed already.
+    unsafe { pg_sys::XLogFlush(lsn) };
+}
+
 /// Makes a grant's record durable before its id reaches the client: flushed locally, and with
 /// `synchronous_standby_names` (and `synchronous_commit` above local) on the synchronous
 /// standbys too, as PREPARE TRANSACTION waits for its record.
 pub fn flush_grant(lsn: pg_sys::XLogRecPtr) {
     if lsn != 0 {
-        // SAFETY: waits until the WAL up to `lsn` (a position this backend inserted) is on disk,
-        // then for the synchronous standbys (a no-op without any); a cancel ends that second
-        // wait with a WARNING, as for a commit, and the lease stays granted.
-        unsafe {
-            pg_sys::XLogFlush(lsn);
-            pg_sys::SyncRepWaitForLSN(lsn, false);
-        }
+        // SAFETY: waits for the synchronous standbys to confirm `lsn` (a no-op without any); a
+        // cancel ends that wait with a WARNING, as for a commit, and the lease stays granted.
+        flush(lsn);
+        unsafe { pg_sys::SyncRepWaitForLSN(lsn, false) };
     }
 }
 

@@ -901,15 +901,23 @@ impl Table {
 
     /// After a logged change: a snapshot of every held lease when a checkpoint began since the
     /// last one (see `lease_wal`), so that replay from that checkpoint finds them all.
-    fn snapshot_if_due(&mut self) {
+    /// Returns the snapshot record's end when one was logged.
+    pub fn snapshot_if_due(&mut self) -> Option<u64> {
         // SAFETY: the header is valid and exclusively locked.
         let last = unsafe { (*self.header).last_snapshot_end };
         if self.replica || !lease_wal::snapshot_due(last) {
-            return;
+            return None;
         }
-        let end = lease_wal::log_snapshot(self.held_images());
+        // An empty table needs no record: replay after a crash starts from an empty table.
+        let logged = if self.held_images().next().is_none() {
+            None
+        } else {
+            Some(lease_wal::log_snapshot(self.held_images()))
+        };
+        let end = logged.unwrap_or_else(lease_wal::insert_position);
         // SAFETY: as above.
         unsafe { (*self.header).last_snapshot_end = end };
+        logged
     }
 
     /// Every held lease (live or expired but not freed yet), as the WAL carries it.

@@ -17,6 +17,7 @@ pub fn init() -> bool {
     if preloading {
         shmem::install_hooks(&[labels::SEGMENT, stats::SEGMENT, leases::SEGMENT]);
         lease_wal::register(crate::gucs::WAL_RMGR_ID.get());
+        lease_wal::register_snapshot_worker();
     }
     preloading
 }
