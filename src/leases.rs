@@ -417,9 +417,9 @@ key_forms! {
 
 /// The expiry of lease `lease` of this database while an entry holds it: its `expires_at`, in
 /// the past for a lease that expired and that nobody has freed yet; NULL when no entry holds it
-/// (released, freed after its expiry, ended by a restart, or never taken). The feed of
-/// `advlock_lease_check` (sql/lease_check.sql), which raises LK002 (a code pgrx cannot raise);
-/// `caller` is the function the preload error names.
+/// (released, freed after its expiry, lost in a crash window or a failover, or never taken).
+/// The feed of `advlock_lease_check` (sql/lease_check.sql), which raises LK002 (a code pgrx
+/// cannot raise); `caller` is the function the preload error names.
 #[pg_extern(volatile, parallel_restricted)]
 fn advlock_lease_expiry(
     lease: Option<i64>,
