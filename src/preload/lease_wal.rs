@@ -115,11 +115,28 @@ fn insert(info: u8, data: &[u8], unimportant: bool) -> pg_sys::XLogRecPtr {
     // primary (the table's writers check `is_replica` first).
     unsafe {
         pg_sys::XLogBeginInsert();
-        pg_sys::XLogRegisterData(data.as_ptr().cast_mut().cast(), data.len() as u32);
+        register_data(data);
         if unimportant {
             pg_sys::XLogSetRecordFlags(XLOG_MARK_UNIMPORTANT);
         }
         pg_sys::XLogInsert(rmid, info)
+    }
+}
+
+/// `XLogRegisterData(data, len)`, whose signature changed: an int length on 15, a const void
+/// pointer on 18.
+///
+/// # Safety
+/// Between XLogBeginInsert and XLogInsert; `data` must outlive the XLogInsert call.
+unsafe fn register_data(data: &[u8]) {
+    // SAFETY: see the function contract; XLogRegisterData only reads `data`.
+    unsafe {
+        #[cfg(feature = "pg15")]
+        pg_sys::XLogRegisterData(data.as_ptr().cast_mut().cast(), data.len() as i32);
+        #[cfg(any(feature = "pg16", feature = "pg17"))]
+        pg_sys::XLogRegisterData(data.as_ptr().cast_mut().cast(), data.len() as u32);
+        #[cfg(not(any(feature = "pg15", feature = "pg16", feature = "pg17")))]
+        pg_sys::XLogRegisterData(data.as_ptr().cast(), data.len() as u32);
     }
 }
 
@@ -234,9 +251,9 @@ fn flush(lsn: pg_sys::XLogRecPtr) {
 /// standbys too, as PREPARE TRANSACTION waits for its record.
 pub fn flush_grant(lsn: pg_sys::XLogRecPtr) {
     if lsn != 0 {
+        flush(lsn);
         // SAFETY: waits for the synchronous standbys to confirm `lsn` (a no-op without any); a
         // cancel ends that wait with a WARNING, as for a commit, and the lease stays granted.
-        flush(lsn);
         unsafe { pg_sys::SyncRepWaitForLSN(lsn, false) };
     }
 }
