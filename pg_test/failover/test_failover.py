@@ -13,7 +13,7 @@ import time
 
 import psycopg
 import pytest
-from conftest import elapsed_since, make_standby, now_server, wait_for_replay  # noqa: F401
+from conftest import elapsed_since, now_server, wait_for_replay, wait_until
 
 TTL_MS = 5000
 LEASE_KEY, TERM_KEY, SEM_KEY, IDLE_KEY, LATE_KEY = 9001, 9002, 9003, 9004, 9005
@@ -221,3 +221,33 @@ def test_leases_are_replayed_on_a_standby_and_kept_by_its_promotion(clusters):
     with standby.connect("failover-new-primary") as n:
         check_survived(n, again, started)
         end_all(n, again)
+
+
+def test_a_grant_waits_for_the_synchronous_standby(clusters):
+    """With synchronous_standby_names, advlock_lease returns once the grant's WAL is on the
+    synchronous standby: with the standby down it waits (a cancel ends the wait with
+    PostgreSQL's WARNING, as for a commit, and the lease stays granted)."""
+    primary, standby = clusters
+    with primary.connect("failover-sync") as p:
+        p.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+        p.execute("SELECT pg_reload_conf()")
+        wait_until(lambda: p.execute("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")
+                   .fetchone()[0] == 1, timeout=30, interval=0.1, what="the standby to be synchronous")
+        first = p.execute("SELECT advlock_lease(%s::bigint, %s, 0)", (LEASE_KEY, TTL_MS)).fetchone()[0]
+        assert first is not None
+        standby.stop()
+        notices = []
+        p.add_notice_handler(lambda d: notices.append(d.message_primary))
+        p.execute("SET statement_timeout = 1500")
+        t0 = time.monotonic()
+        second = p.execute("SELECT advlock_lease(%s::bigint, %s, 0)", (TERM_KEY, TTL_MS)).fetchone()[0]
+        waited = elapsed_since(t0)
+        p.execute("RESET statement_timeout")
+        assert waited >= 1.4, waited
+        assert any("synchronous replication" in n for n in notices), notices
+        assert second is not None and second > first
+        assert set(leases(p)) == {first, second}
+        p.execute("ALTER SYSTEM RESET synchronous_standby_names")
+        p.execute("SELECT pg_reload_conf()")
+        for lease in (first, second):
+            assert p.execute("SELECT advlock_lease_release(%s)", (lease,)).fetchone()[0] is True
