@@ -70,7 +70,8 @@ const STATE_MAGIC: &[u8; 8] = b"advlkL01";
 /// The id registered in `_PG_init` (0: not registered, nothing is logged).
 static RMGR_ID: AtomicU8 = AtomicU8::new(0);
 
-/// The resource manager's description, for RegisterCustomRmgr (which keeps the pointer).
+/// The resource manager's description, for RegisterCustomRmgr (which copies it into the rmgr
+/// table; its name pointer must stay valid: a static string).
 struct Rmgr(pg_sys::RmgrData);
 
 // SAFETY: read-only after initialisation (only PostgreSQL reads it, through the pointer given to
@@ -92,9 +93,9 @@ static RMGR: Rmgr = Rmgr(pg_sys::RmgrData {
 pub fn register(id: i32) {
     let id = u8::try_from(id).expect("advlock.wal_rmgr_id is limited to 129..255");
     // SAFETY: called while shared_preload_libraries is processed (RegisterCustomRmgr raises
-    // otherwise, and when the id is taken: the server does not start, with that message). RMGR
-    // is a static that lives as long as the process, as the rmgr table requires.
-    unsafe { pg_sys::RegisterCustomRmgr(id, &raw const RMGR.0) };
+    // otherwise, and when the id is taken: the server does not start, with that message). It
+    // only reads RMGR (the pointer is `*mut` in 15's declaration, `*const` after).
+    unsafe { pg_sys::RegisterCustomRmgr(id, (&raw const RMGR.0).cast_mut()) };
     RMGR_ID.store(id, Ordering::Relaxed);
 }
 
