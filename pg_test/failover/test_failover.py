@@ -226,7 +226,8 @@ def test_leases_are_replayed_on_a_standby_and_kept_by_its_promotion(clusters):
 def test_a_grant_waits_for_the_synchronous_standby(clusters):
     """With synchronous_standby_names, advlock_lease returns once the grant's WAL is on the
     synchronous standby: with the standby down it waits (a cancel ends the wait with
-    PostgreSQL's WARNING, as for a commit, and the lease stays granted)."""
+    PostgreSQL's WARNING, as for a commit, and the lease stays granted); with
+    synchronous_commit = off it does not wait."""
     primary, standby = clusters
     with primary.connect("failover-sync") as p:
         p.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
@@ -246,8 +247,14 @@ def test_a_grant_waits_for_the_synchronous_standby(clusters):
         assert waited >= 1.4, waited
         assert any("synchronous replication" in n for n in notices), notices
         assert second is not None and second > first
-        assert set(leases(p)) == {first, second}
+        # synchronous_commit = off: a grant is as durable as such a commit, and does not wait.
+        p.execute("SET synchronous_commit = off")
+        t0 = time.monotonic()
+        third = p.execute("SELECT advlock_lease(%s::bigint, %s, 0)", (SEM_KEY, TTL_MS)).fetchone()[0]
+        assert elapsed_since(t0) < 1.0 and third is not None
+        p.execute("RESET synchronous_commit")
+        assert set(leases(p)) == {first, second, third}
         p.execute("ALTER SYSTEM RESET synchronous_standby_names")
         p.execute("SELECT pg_reload_conf()")
-        for lease in (first, second):
+        for lease in (first, second, third):
             assert p.execute("SELECT advlock_lease_release(%s)", (lease,)).fetchone()[0] is True

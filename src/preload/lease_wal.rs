@@ -5,7 +5,9 @@
 //! possible while preloading — leases need the preload anyway) and logs, under the lease table's
 //! lock so that the WAL order is the order of the changes:
 //! * a grant (the whole lease: id, database, key, slots, role, TTL, times, label, candidate),
-//!   flushed before `advlock_lease` / `advlock_campaign` returns its id (`flush`);
+//!   as durable as a commit before `advlock_lease` / `advlock_campaign` returns its id
+//!   (`flush_grant`: flushed and on the synchronous standbys, or, with `synchronous_commit =
+//!   off`, flushed by the WAL writer soon after);
 //! * a renewal (new TTL and expiry), not flushed and marked unimportant (it moves no checkpoint
 //!   and no `archive_timeout` segment switch): a lost renewal only means a lease is pushed to
 //!   now + TTL from an older expiry at the end of recovery. Logged so that a hot standby's table
@@ -247,16 +249,27 @@ fn flush(lsn: pg_sys::XLogRecPtr) {
     unsafe { pg_sys::XLogFlush(lsn) };
 }
 
-/// Makes a grant's record durable before its id reaches the client: flushed locally, and with
-/// `synchronous_standby_names` (and `synchronous_commit` above local) on the synchronous
-/// standbys too, as PREPARE TRANSACTION waits for its record.
+/// Makes a grant's record as durable as a commit before its id reaches the client, by the
+/// session's `synchronous_commit`: flushed locally, and with `synchronous_standby_names` on the
+/// synchronous standbys too (as PREPARE TRANSACTION waits for its record); with
+/// `synchronous_commit = off`, handed to the WAL writer instead (on disk within
+/// `wal_writer_delay`, the window PostgreSQL accepts for such commits).
 pub fn flush_grant(lsn: pg_sys::XLogRecPtr) {
-    if lsn != 0 {
-        flush(lsn);
-        // SAFETY: waits for the synchronous standbys to confirm `lsn` (a no-op without any); a
-        // cancel ends that wait with a WARNING, as for a commit, and the lease stays granted.
-        unsafe { pg_sys::SyncRepWaitForLSN(lsn, false) };
+    if lsn == 0 {
+        return;
     }
+    // SAFETY: a backend-local GUC variable.
+    let asynchronous = unsafe { pg_sys::synchronous_commit }
+        == pg_sys::SyncCommitLevel::SYNCHRONOUS_COMMIT_OFF as core::ffi::c_int;
+    if asynchronous {
+        // SAFETY: records a WAL position for the WAL writer to flush (a spinlock and a latch).
+        unsafe { pg_sys::XLogSetAsyncXactLSN(lsn) };
+        return;
+    }
+    flush(lsn);
+    // SAFETY: waits for the synchronous standbys to confirm `lsn` (a no-op without any); a
+    // cancel ends that wait with a WARNING, as for a commit, and the lease stays granted.
+    unsafe { pg_sys::SyncRepWaitForLSN(lsn, false) };
 }
 
 /// A record's bytes, read in the order they were written.
