@@ -210,8 +210,9 @@ pub(crate) fn take(
         })
         .expect("the lease table exists");
         crate::provisional::lease_taken(id);
-        // The grant's WAL is durable (and, with synchronous replication, on the synchronous
-        // standbys) before the id reaches the client: a crash or a failover keeps the lease.
+        // The grant is as durable as a commit (by synchronous_commit: flushed, and on the
+        // synchronous standbys) before the id reaches the client: a crash or a failover keeps
+        // the lease.
         lease_wal::flush_grant(grant_end);
         if !candidate.is_empty() {
             crate::election::term_started(&target, id, &candidate);

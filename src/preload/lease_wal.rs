@@ -33,7 +33,7 @@
 //! granted until `advlock.lease_lock_delay` has passed (`Table::promote`).
 //!
 //! A clean shutdown replays nothing at the next start (its checkpoint is the redo pointer), so the
-//! postmaster writes the table to `pg_stat/advlock_leases.state` when it exits cleanly and reads
+//! postmaster writes the table to `pg_stat/advlock_leases.state` when it exits normally and reads
 //! (then removes) it when it creates the table at the next start; the file holds a snapshot
 //! record's bytes, one format for both.
 //!
@@ -436,9 +436,10 @@ unsafe extern "C-unwind" fn cleanup() {
     table::with_table(true, |t| t.promote(now, backend::ms_to_us(delay_ms)));
 }
 
-/// At the postmaster's exit: writes the table to the state file when the server shut down
-/// cleanly (`code` 0), for the next start, which replays no WAL. No lock: every other process
-/// of the server has exited.
+/// At the postmaster's exit: writes the table to the state file when it exits normally (`code`
+/// 0: any `pg_ctl stop` mode), for the next start, which replays no WAL after a clean shutdown
+/// (after an immediate one, recovery replays the WAL onto it). No lock: every other process of
+/// the server has exited.
 pub fn write_state_file(code: i32) {
     if code != 0 || RMGR_ID.load(Ordering::Relaxed) == 0 {
         return;

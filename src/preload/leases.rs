@@ -399,9 +399,9 @@ unsafe fn shmem_attach() {
         }
         TABLE.store(header, Ordering::Release);
         if !pg_sys::IsUnderPostmaster {
-            // The postmaster, creating the table at start or after a crash: the leases a clean
-            // shutdown saved (no file after a crash: recovery replays them from the WAL), and
-            // the saving at its own clean exit (`lease_wal`).
+            // The postmaster, creating the table at start or after a crash: the leases it saved
+            // when it last exited normally (a crash that kills it or its children saves none:
+            // recovery replays them from the WAL), and the saving at its own exit (`lease_wal`).
             if !found {
                 lease_wal::read_state_file();
             }
