@@ -56,9 +56,15 @@ def check_survived(conn, held, back_at):
     assert conn.execute("SELECT advlock_lease(%s::bigint, 1000, 0)", (LEASE_KEY,)).fetchone()[0] is None
     assert conn.execute("SELECT advlock_campaign(%s::bigint, 1000, 0, 'node-b')", (TERM_KEY,)).fetchone()[0] is None
     assert conn.execute("SELECT advlock_lease(%s::bigint, 1000, 0, slots => 2)", (SEM_KEY,)).fetchone()[0] is None
+    # No backend of this server took or renewed them yet: pid 0 (a pid of the server that logged
+    # them would name a dead or unrelated process here).
+    pids = conn.execute("SELECT lease, pid FROM advlock_leases WHERE lease = ANY(%s)", (list(held.values()),))
+    assert {pid for _, pid in pids.fetchall()} == {0}
     # The holder renews the same ids from a connection it never used before.
     for name, lease in held.items():
         assert conn.execute("SELECT advlock_lease_renew(%s, %s)", (lease, TTL_MS)).fetchone()[0] is True, name
+    assert conn.execute("SELECT pid = pg_backend_pid() FROM advlock_leases WHERE lease = %s",
+                        (held["lease"],)).fetchone()[0] is True
     fresh = conn.execute("SELECT advlock_lease(%s::bigint, 1000, 0)", (LATE_KEY,)).fetchone()[0]
     assert fresh is not None and fresh > max(held.values()), (fresh, held)
     assert conn.execute("SELECT advlock_lease_release(%s)", (fresh,)).fetchone()[0] is True
@@ -164,6 +170,7 @@ def test_leases_are_replayed_on_a_standby_and_kept_by_its_promotion(clusters):
         with standby.connect("failover-reader") as s:
             rows = leases(s)
             assert set(held.values()) | {short} == set(rows), rows
+            assert s.execute("SELECT DISTINCT pid FROM advlock_leases").fetchall() == [(0,)]
             assert s.execute("SELECT term, candidate FROM advlock_leader(%s::bigint)",
                              (TERM_KEY,)).fetchone() == (held["term"], "node-a pid 1")
             for sql in ("SELECT advlock_lease_renew(%s, 1000)" % held["lease"],

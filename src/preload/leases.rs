@@ -188,8 +188,9 @@ impl Lease {
     }
 }
 
-/// A held lease as the WAL and the state file carry it (`lease_wal`): everything but the
-/// backend-local parts (its proc number).
+/// A held lease as the WAL and the state file carry it (`lease_wal`): everything but the backend
+/// that took or last renewed it (its pid and proc number name a process of the server that
+/// logged it; a restored lease shows pid 0 until its holder renews it here).
 pub struct Image<'a> {
     pub database: u32,
     pub key: i64,
@@ -200,7 +201,6 @@ pub struct Image<'a> {
     pub granted_at: i64,
     pub expires_at: i64,
     pub renewed_at: i64,
-    pub pid: i32,
     pub app: &'a [u8],
     pub label: &'a [u8],
     pub candidate: &'a [u8],
@@ -218,7 +218,6 @@ impl<'a> Image<'a> {
             granted_at: l.granted_at,
             expires_at: l.expires_at,
             renewed_at: l.renewed_at,
-            pid: l.pid,
             app: l.app(),
             label: l.label(),
             candidate: l.candidate(),
@@ -235,7 +234,6 @@ impl<'a> Image<'a> {
         out.extend_from_slice(&self.granted_at.to_le_bytes());
         out.extend_from_slice(&self.expires_at.to_le_bytes());
         out.extend_from_slice(&self.renewed_at.to_le_bytes());
-        out.extend_from_slice(&self.pid.to_le_bytes());
         for text in [self.app, self.label, self.candidate] {
             out.extend_from_slice(&(text.len() as u32).to_le_bytes());
             out.extend_from_slice(text);
@@ -245,7 +243,7 @@ impl<'a> Image<'a> {
     pub fn decode(r: &mut Reader<'a>) -> Option<Self> {
         let (database, key, slots, id) = (r.u32()?, r.i64()?, r.u32()?, r.i64()?);
         let (role, ttl_ms) = (r.u32()?, r.i32()?);
-        let (granted_at, expires_at, renewed_at, pid) = (r.i64()?, r.i64()?, r.i64()?, r.i32()?);
+        let (granted_at, expires_at, renewed_at) = (r.i64()?, r.i64()?, r.i64()?);
         let mut text = |max: usize| {
             let len = r.u32()? as usize;
             (len <= max).then_some(())?;
@@ -266,7 +264,6 @@ impl<'a> Image<'a> {
             granted_at,
             expires_at,
             renewed_at,
-            pid,
             app,
             label,
             candidate,
@@ -286,7 +283,7 @@ impl<'a> Image<'a> {
             granted_at: self.granted_at,
             expires_at: self.expires_at,
             renewed_at: self.renewed_at,
-            pid: self.pid,
+            pid: 0,
             procno: NONE,
             app_len: 0,
             app: [0; APP_NAME_BYTES],
