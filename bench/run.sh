@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# advlock's benchmark harness. Runs every case against a temporary PostgreSQL 17 instance and
+# advlock's benchmark harness. Runs every case against a temporary PostgreSQL 17 instance (started
+# from the test command's copy of the tree, where the build is installed) and
 # writes a markdown report with PASS/FAIL per target plus SVG charts.
 #
 #   bench/run.sh           full run (~10 min): release build installed first, report and charts
@@ -19,7 +20,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 . "$repo/pg_test/instance.sh"
 export PATH="$HOME/.cargo/bin:$PATH"
-# PG_CONFIG and PGBIN come from pg_test/instance.sh: PostgreSQL 17 unless ADVLOCK_PG_MAJOR says otherwise.
+# PG_CONFIG and PGBIN come from pg_test/instance.sh: PostgreSQL 17's test tree (scripts/majors.sh,
+# test_pg_config_for; ADVLOCK_PG_MAJOR, ADVLOCK_PG_CONFIG choose another), never the system tree,
+# whose running servers the full run's install must not change.
 
 quick=0 install=1 port=${ADVLOCK_BENCH_PORT:-5423} out="" cases="" nice=0
 while [ $# -gt 0 ]; do

@@ -2,14 +2,20 @@
 # Shared helpers: start/stop a throwaway PostgreSQL instance as the `postgres` OS user (and
 # scripts/helpers.sh's as_postgres, psql_db, count_tap).
 # Sourced by pg_test/run.sh, pg_test/package/run.sh and bench/run.sh.
-# ADVLOCK_PG_MAJOR picks the major (default 17); scripts/majors.sh says where each one lives.
-# ADVLOCK_PG_CONFIG overrides the pg_config (e.g. a private copy of a relocatable tree).
+# ADVLOCK_PG_MAJOR picks the major (default 17); the instance runs from the test command's
+# private tree of that major (scripts/majors.sh: test_pg_config_for, made by scripts/setup.sh),
+# never from the system tree, whose running servers the tests must not touch.
+# ADVLOCK_PG_CONFIG overrides the pg_config (another copy of a tree).
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/majors.sh"
 ADVLOCK_PG_MAJOR=${ADVLOCK_PG_MAJOR:-$ADVLOCK_DEFAULT_MAJOR}
-PG_CONFIG=${ADVLOCK_PG_CONFIG:-$(pg_config_for "$ADVLOCK_PG_MAJOR")} || exit 1
+PG_CONFIG=${ADVLOCK_PG_CONFIG:-$(test_pg_config_for "$ADVLOCK_PG_MAJOR")} || exit 1
+if [ ! -x "$PG_CONFIG" ]; then
+  echo "advlock: no PostgreSQL $ADVLOCK_PG_MAJOR at $PG_CONFIG (the test trees are made by scripts/setup.sh)" >&2
+  exit 1
+fi
 PGBIN=$("$PG_CONFIG" --bindir)
 # shellcheck disable=SC2034  # read by the scripts that source this file
-PGXS_TEST=$(cd "$(pgxs_test_dir "$ADVLOCK_PG_MAJOR")" && pwd)
+PGXS_TEST=$(cd "$(pgxs_test_dir "$ADVLOCK_PG_MAJOR" "$PG_CONFIG")" && pwd)
 
 # as_postgres, psql_db, count_tap
 . "$(dirname "${BASH_SOURCE[0]}")/../scripts/helpers.sh"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs advlock's out-of-process suites against a temporary PostgreSQL instance (the major in
-# ADVLOCK_PG_MAJOR, default 17), started as the `postgres` user with the extension as installed
-# in that major (by `cargo pgrx install` or a package):
+# ADVLOCK_PG_MAJOR, default 17), started as the `postgres` user from that major's test tree
+# (pg_test/instance.sh) with the extension as installed there (by scripts/install_ext.sh,
+# `cargo pgrx test` through the test PGRX_HOME, or a package):
 #   pg_test/regress/sql/*.sql     + expected/*.out   (pg_regress)
 #   pg_test/isolation/specs/*.spec + expected/*.out  (pg_isolation_regress)
 #   pg_test/clients/test_*.py                        (pytest, real drivers and PgBouncer)

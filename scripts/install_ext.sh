@@ -11,7 +11,9 @@
 # Usage: scripts/install_ext.sh [--release] [--strip] [PG_CONFIG]
 #   --release   release profile (as `cargo pgrx install --release`); default: dev, as `cargo pgrx install`
 #   --strip     strip the library's debug information first (a dev build's 60 MB become a few)
-#   PG_CONFIG   the major's pg_config (default: ADVLOCK_PG_CONFIG, else the default major's)
+#   PG_CONFIG   the major's pg_config (default: ADVLOCK_PG_CONFIG, else the default major's test
+#               tree, where the suites run: scripts/majors.sh test_pg_config_for; scripts/up.sh
+#               names the system tree's)
 # Builds with `cargo pgrx package` into a staging directory (CARGO_TARGET_DIR as usual).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,7 +28,10 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-pgc=${1:-${ADVLOCK_PG_CONFIG:-$(pg_config_for "$ADVLOCK_DEFAULT_MAJOR")}}
+pgc=${1:-${ADVLOCK_PG_CONFIG:-$(test_pg_config_for "$ADVLOCK_DEFAULT_MAJOR")}}
+# Into a test tree, with the test command's PGRX_HOME (unless one is set): pgrx-pg-sys regenerates
+# its bindings whenever the pgrx configuration it was built with changes.
+case $pgc in "$ADVLOCK_TEST_PG_ROOT"/*) export PGRX_HOME=${PGRX_HOME:-$ADVLOCK_TEST_PGRX_HOME} ;; esac
 
 stage=$(mktemp -d /tmp/advlock-install-stage.XXXXXX)
 trap 'rm -rf "$stage"' EXIT

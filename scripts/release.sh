@@ -13,7 +13,7 @@
 # Usage: scripts/release.sh [OUTDIR]
 # Environment:
 #   ADVLOCK_SIGNING_KEY (required), ADVLOCK_SIGNING_PASSPHRASE_FILE, ADVLOCK_APT_SUITE: see apt-repo.sh
-#   ADVLOCK_RELEASE_VERSION the version (or tag, v0.5.0) being released: refused unless it is the version
+#   ADVLOCK_RELEASE_VERSION the version (or tag, v0.6.0) being released: refused unless it is the version
 #   ADVLOCK_RELEASE_MAJORS  the majors to release (default: every supported major; all must build)
 #   ADVLOCK_RELEASE_PREBUILT=1  take the packages already in target/packages (the test command
 #                           has just built them) instead of running scripts/package.sh

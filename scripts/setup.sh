@@ -5,7 +5,8 @@
 # else is pulled from it unasked, 16 and 18 from pinned PyPI wheels), sudo, PgBouncer,
 # promtool and postgres_exporter (bookworm's prometheus packages, for the monitoring suite), the
 # packaging tools (lintian, a bookworm glibc sysroot to link against), the release tools (apt-utils, gnupg, debootstrap),
-# cargo-pgrx 0.18.1, `cargo pgrx init` for every major, and a
+# cargo-pgrx 0.18.1, `cargo pgrx init` for every major, the test command's private copies of
+# every major's tree (scripts/majors.sh, test_tree_ensure) with a PGRX_HOME of their own, and a
 # Python virtual environment for the real-driver suites, and Ruby with ruby-pg, ActiveRecord,
 # minitest and RuboCop (the Ruby client, clients/ruby).
 # ADVLOCK_PG_MAJORS="15 17" (space separated) limits the majors; the default major
@@ -125,6 +126,25 @@ done
 if [ $missing = 1 ]; then
   log "cargo pgrx init ${init_args[*]}"
   cargo pgrx init "${init_args[@]}"
+fi
+
+# The test command's private PostgreSQL trees (scripts/majors.sh: test_tree_ensure), copied once
+# and again when the system package or wheel changes, and its own PGRX_HOME naming them, so that
+# its suites and `cargo pgrx test` install nothing into the system PostgreSQL.
+test_init_args=() missing=0
+for major in "${majors[@]}"; do
+  if [ "$(cat "$ADVLOCK_TEST_PG_ROOT/$major/.advlock-test-tree" 2>/dev/null)" != "$(test_tree_source "$major")" ]; then
+    log "copying PostgreSQL $major into $ADVLOCK_TEST_PG_ROOT/$major (the test command's private tree)"
+    test_tree_ensure "$major"
+  fi
+  pgc=$(test_pg_config_for "$major")
+  test_init_args+=("--pg$major" "$pgc")
+  grep -qs "pg$major = \"$pgc\"" "$ADVLOCK_TEST_PGRX_HOME/config.toml" || missing=1
+done
+if [ $missing = 1 ]; then
+  log "PGRX_HOME=$ADVLOCK_TEST_PGRX_HOME cargo pgrx init ${test_init_args[*]}"
+  mkdir -p "$ADVLOCK_TEST_PGRX_HOME"
+  PGRX_HOME=$ADVLOCK_TEST_PGRX_HOME cargo pgrx init "${test_init_args[@]}"
 fi
 
 # The real-driver suites (pg_test/clients) run in their own virtual environment, which also

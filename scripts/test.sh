@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # advlock's test command: installs what is missing (scripts/setup.sh), then runs every suite,
-# in this order (DEFAULT: ADVLOCK_DEFAULT_MAJOR of scripts/majors.sh, 17):
+# in this order (DEFAULT: ADVLOCK_DEFAULT_MAJOR of scripts/majors.sh, 17). Every suite runs
+# against the test command's private copies of the PostgreSQL trees (scripts/majors.sh,
+# test_pg_config_for; `cargo pgrx test` through a PGRX_HOME naming them) or in debootstrapped
+# Debian systems: nothing is installed into the system PostgreSQL, and a server running from it
+# (scripts/up.sh's development cluster, a real one), preloaded or not, is left alone:
+#   0. pg_test/bystander/run.sh start   a preloaded PostgreSQL DEFAULT from the system tree, a
+#      session holding a lock; `check` at the very end: still answering, never restarted, the lock
+#      held, the system advlock.so byte- and inode-identical, no system advlock file changed
 #   1. scripts/lint.sh               first and fast: cargo fmt --check, clippy -D warnings,
 #      ShellCheck, ruff, one version (scripts/versions.py), actionlint (counted as lint)
 #   1b. pg_test/release/versions.sh  one version: versions.py and release.sh refuse a mismatch
 #   2. cargo pgrx test pgDEFAULT     in-database #[pg_test]s and Rust unit tests
 #      (preloaded, then again with ADVLOCK_PGRX_PRELOAD=off)
-#   3. pg_test/run.sh                (after scripts/install_ext.sh into DEFAULT) pg_regress,
+#   3. pg_test/run.sh                (after scripts/install_ext.sh into DEFAULT's test tree) pg_regress,
 #      pg_isolation_regress, real clients + PgBouncer, leases, leases across crashes, restarts and
 #      a standby's promotion (pg_test/failover: clusters of its own, always preloaded, so it runs
 #      once), server encodings (pg_test/encodings:
@@ -29,17 +36,18 @@
 #   7. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
 #   8. the other majors (15, 16, 18): cargo pgrx test pgNN, preloaded and not
 #   8b. pg_test/source/run.sh        scripts/install-from-source.sh as documented, built from an
-#      empty target directory, into 18's wheel tree and Debian's 15, a smoke test on each
+#      empty target directory, into copies of 18's wheel tree and Debian's 15, a smoke test on each
 #   9. scripts/package.sh            .deb + tarball for every major (lintian errors fail it)
-#  10. pg_test/package/run.sh        per major: remove the build's install, install the package
-#      (dpkg -i on 15/17, whose servers are Debian's; the tarball's install.sh on 16/18, whose
-#      servers come from wheels), regress + isolation plain and preloaded, remove it, nothing left
-#      pg_test/package/bookworm.sh  the 15 .deb on a debootstrapped stock bookworm (glibc 2.36)
+#  10. pg_test/package/run.sh        per major: install the package as a DBA would (dpkg -i on 15
+#      and 17 in debootstrapped Debian bookworm and trixie, each Debian's own server; the tarball's
+#      install.sh on 16/18 into a copy of its wheel tree), regress + isolation plain and preloaded,
+#      remove it, nothing left
 #      pg_test/release/run.sh       scripts/release.sh's directory and signed apt repository, as a
 #      DBA installs it in debootstrapped Debian systems (15 bookworm, 17 trixie, 18 forky: each
 #      Debian's own server; a wrong key refused; purge leaves nothing), and apt upgrade 0.3.0 -> now
 #  11. pg_test/pg_upgrade/run.sh     a used cluster upgraded with pg_upgrade: 17 -> 18, 16 -> 18,
-#      16 -> 17, 15 -> 17 (a pair the servers cannot upgrade even without advlock: skipped, reported)
+#      16 -> 17, 15 -> 17 (a pair the servers cannot upgrade even without advlock: skipped, reported),
+#      between copies of the two trees with the packages' files
 # and prints one closing line: "advlock: N passed, M failed". Exits non-zero on any failure.
 # ADVLOCK_PG_MAJORS="17 18" limits the majors (default: all of scripts/majors.sh).
 set -uo pipefail
@@ -49,15 +57,21 @@ cd "$repo" || exit 1
 export PATH="$HOME/.cargo/bin:$PATH"
 . "$here/majors.sh"
 default=$ADVLOCK_DEFAULT_MAJOR
-PG_CONFIG=$(pg_config_for "$default")
 read -r -a majors <<<"${ADVLOCK_PG_MAJORS:-${ADVLOCK_MAJORS[*]}}"
 
 "$here/setup.sh" || { echo "advlock: 0 passed, 1 failed"; exit 1; }
+# The default major's test tree, and cargo pgrx's configuration naming every test tree.
+PG_CONFIG=$(test_pg_config_for "$default")
+export PGRX_HOME=$ADVLOCK_TEST_PGRX_HOME
 
 summary=$(mktemp /tmp/advlock-summary.XXXXXX)
 export ADVLOCK_SUMMARY=$summary
 status=0
 section() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
+
+# A server this command did not start, as a developer's would be, kept running throughout.
+section "a preloaded PostgreSQL $default from the system tree, left alone (pg_test/bystander)"
+"$repo/pg_test/bystander/run.sh" start || status=1
 
 section "lints (scripts/lint.sh)"
 "$here/lint.sh" || status=1
@@ -77,8 +91,10 @@ log=$(mktemp /tmp/advlock-pgrx-test.XXXXXX.log)
 # pgrx_pass NAME [MAJOR]: one `cargo pgrx test pgMAJOR` run (default: the default major),
 # counted as NAME in the summary.
 pgrx_pass() {
-  # cargo pgrx test installs its build by copying over advlock.so in place (scripts/majors.sh).
-  detach_installed_library "$(pg_config_for "${2:-$default}")"
+  # cargo pgrx test installs its build into the test tree (PGRX_HOME's config.toml) by copying
+  # over advlock.so in place; an instance kept running from that tree (ADVLOCK_TEST_KEEP) keeps
+  # its file (scripts/majors.sh: detach_installed_library).
+  detach_installed_library "$(test_pg_config_for "${2:-$default}")"
   # shellcheck disable=SC2046
   cargo pgrx test "pg${2:-$default}" $(runas_args "${2:-$default}") 2>&1 | tee "$log" | grep -E '^test |^test result:|panicked|^error' || true
   local rc=${PIPESTATUS[0]} p f
@@ -94,10 +110,10 @@ pgrx_pass pgrx                                  # advlock preloaded (src/lib.rs 
 section "cargo pgrx test pg$default, not preloaded"
 ADVLOCK_PGRX_PRELOAD=off pgrx_pass pgrx-nopre
 
-section "install the extension into PostgreSQL $default"
+section "install the extension into PostgreSQL $default's test tree"
 # scripts/install_ext.sh: built, then each file written beside its destination and renamed over
-# it, so a server of this major that has advlock.so mapped (another checkout's, a kept instance)
-# never sees a half-written library.
+# it, so an instance kept running from the test tree (ADVLOCK_TEST_KEEP) never sees a
+# half-written library.
 if "$here/install_ext.sh" "$PG_CONFIG" >"$log" 2>&1; then
   section "pg_test suites"
   "$repo/pg_test/run.sh" || status=1
@@ -209,10 +225,6 @@ if "$here/package.sh" "${majors[@]}" 2>&1 | tee "$pkglog"; then
     section "package test: PostgreSQL $major"
     "$repo/pg_test/package/run.sh" "$major" || status=1
   done
-  if [[ " ${majors[*]} " == *" 15 "* ]]; then
-    section "package test: the PostgreSQL 15 .deb on a stock Debian bookworm (glibc 2.36)"
-    "$repo/pg_test/package/bookworm.sh" || status=1
-  fi
   # The release directory (scripts/release.sh, a throwaway signing key) installed through apt in
   # clean Debian systems: 15 on bookworm, 17 on trixie, 18 on forky; the apt upgrade 0.3.0 -> now.
   section "release: signed apt repository in debootstrapped bookworm, trixie, forky; apt upgrade"
@@ -229,6 +241,9 @@ if "$here/package.sh" "${majors[@]}" 2>&1 | tee "$pkglog"; then
 else
   echo "package-build 0 1" >>"$summary"; status=1
 fi
+
+section "the server this command did not start (pg_test/bystander)"
+"$repo/pg_test/bystander/run.sh" check || status=1
 
 section "summary"
 awk '{ note = ""; for (i = 4; i <= NF; i++) note = note (i > 4 ? " " : "") $i

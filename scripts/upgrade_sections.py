@@ -4,8 +4,9 @@ functions (from `cargo pgrx schema`), the hand-written SQL of the new objects, a
 sql/comments.sql. pg_test/upgrade proves the result equals a fresh install, catalog by catalog.
 
 Usage: cargo pgrx schema pg17 -o /tmp/schema.sql && scripts/upgrade_sections.py VERSION /tmp/schema.sql
-  VERSION 0.5.0 writes sql/advlock--0.4.0--0.5.0.sql, this release's one upgrade script; 0.4.0 and
-  0.3.0 rewrite the released sql/advlock--0.3.0--0.4.0.sql and sql/advlock--0.2.0--0.3.0.sql
+  VERSION 0.6.0 writes sql/advlock--0.5.0--0.6.0.sql, this release's one upgrade script; 0.5.0,
+  0.4.0 and 0.3.0 rewrite the released sql/advlock--0.4.0--0.5.0.sql, sql/advlock--0.3.0--0.4.0.sql
+  and sql/advlock--0.2.0--0.3.0.sql
 """
 import re
 import sys
@@ -31,6 +32,14 @@ def function_blocks(new, replaced=()):
     return ["".join(line for line in b.splitlines(True) if not re.match(r"-- src/", line)) for b in found]
 
 
+if version == "0.6.0":
+    script = repo / "sql/advlock--0.5.0--0.6.0.sql"
+    # What 0.6.0 adds to 0.5.0's SQL objects: nothing new yet; every comment is re-applied
+    # (sql/comments.sql, whole), so a changed description reaches updated installs.
+    header = script.read_text().partition(begin)[0].partition("-- One-line descriptions for \\df+")[0]
+    script.write_text(header + begin + end + "\n" + comments)
+    print(f"{script.relative_to(repo)}: comments")
+    sys.exit(0)
 if version == "0.5.0":
     script = repo / "sql/advlock--0.4.0--0.5.0.sql"
     # What 0.5.0 adds to 0.4.0's SQL objects, in install order: the C functions pgrx generates

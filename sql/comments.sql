@@ -116,7 +116,7 @@ COMMENT ON FUNCTION @extschema@.advlock_holding(pg_catalog.text, pg_catalog.int8
 COMMENT ON FUNCTION @extschema@.advlock_idle_threshold(pg_catalog.interval) IS
   'advlock: the idle threshold in effect: older_than, or the advlock.idle_threshold setting when NULL; rejects a negative interval';
 COMMENT ON FUNCTION @extschema@.advlock_lock_entries() IS
-  'advlock (internal, may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since), one row per lock entry; the 0.3.0 feed, kept for the SQL edition''s metrics and the benchmarks (advlock_holders reads advlock_holder_entries)';
+  'advlock (internal, may change): the advisory locks of this database as the lock manager holds them (key, mode, granted, pid, waiting_since), one row per lock entry; the 0.3.0 feed, kept for callers of that version and for the benchmarks'' comparison with advlock_holder_entries, which advlock_holders reads (the SQL edition has its own)';
 COMMENT ON FUNCTION @extschema@.advlock_lock_table_entries() IS
   'advlock (internal, feeds the advlock_lock_table view; may change): shared lock table entries per database (by name), advisory entries among them, and the table''s capacity';
 COMMENT ON FUNCTION @extschema@.advlock_holder_entries(pg_catalog.int4[]) IS

@@ -1,9 +1,10 @@
 //! Facts about this backend and its peers that several modules need: its database, pid and
 //! proc number, the clock, whether another backend is still alive, whether a database exists.
 //! Small safe functions over PostgreSQL's backend-local globals and the PGPROC array, so that
-//! other modules need no `unsafe` block to read these facts. Two reads stay where they are
-//! used: the waits (`leases.rs`) reset and wait on `MyLatch`, and the lock-table walk
-//! (`lockmgr.rs`) reads `ProcGlobal` under the partition locks it holds.
+//! other modules need no `unsafe` block to read these facts, and the latch waits of the lease
+//! and election waits (`reset_latch`, `sleep_on_latch`). Two uses stay where they are: the
+//! idle-lock timeout's signal handler (`idle_lock_timeout.rs`) sets `MyLatch`, and the
+//! lock-table walk (`lockmgr.rs`) reads `ProcGlobal` under the partition locks it holds.
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 

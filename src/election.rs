@@ -88,13 +88,25 @@ pub(crate) fn check_campaign_arguments(
     args
 }
 
-/// After `leases::take` granted a term: the NOTIFY, sent when the transaction commits.
-pub(crate) fn term_started(target: &Target, term: i64, candidate: &[u8]) {
-    let mut payload = format!(
-        "{{\"key\": {}, \"term\": {term}, \"candidate\": \"",
-        target.key
-    )
-    .into_bytes();
+/// A campaign: `leases::take` with the candidate, then the NOTIFY of the term it won. The
+/// election layer sends it (not the lease table's taker), so leases never call back up into
+/// election.
+pub(crate) fn take_term(
+    function: &str,
+    target: Target,
+    args: LeaseArgs,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> Option<i64> {
+    let candidate = args.candidate.clone();
+    let key = target.key;
+    let term = leases::take(function, target, args, fcinfo)?;
+    term_started(key, term, &candidate);
+    Some(term)
+}
+
+/// After `take_term` won a term: the NOTIFY, sent when the transaction commits.
+fn term_started(key: i64, term: i64, candidate: &[u8]) {
+    let mut payload = format!("{{\"key\": {key}, \"term\": {term}, \"candidate\": \"").into_bytes();
     for &b in candidate {
         // Control characters were refused: only the quote and the backslash need escaping.
         if b == b'"' || b == b'\\' {
@@ -123,7 +135,7 @@ fn campaign(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> Option<i64> {
     let args = check_campaign_arguments(CAMPAIGN, ttl_ms, timeout_ms, candidate_arg);
-    leases::take(CAMPAIGN, target, args, fcinfo)
+    take_term(CAMPAIGN, target, args, fcinfo)
 }
 
 key_forms! {
@@ -259,19 +271,30 @@ fn watch(database: u32, key: i64, known: Option<i64>, deadline: i64) -> Observed
     loop {
         backend::reset_latch();
         let now = backend::now();
-        let (leader, starting) = table::with_table(true, |t| {
-            // A lease of the key past its expiry: free it now and give the key to the oldest
-            // candidate (the expiry is the change being watched; nobody else may notice it).
-            if t.next_expiry(database, key).is_some_and(|at| at <= now) {
-                t.settle(database, key, now);
-            }
-            match t.leadership(database, key, now) {
-                Leadership::Held(l) => (Some(Leader::of(l)), false),
-                Leadership::Starting => (None, true),
-                Leadership::Vacant => (None, false),
-            }
+        let look = |t: &mut table::Table| match t.leadership(database, key, now) {
+            Leadership::Held(l) => (Some(Leader::of(l)), false),
+            Leadership::Starting => (None, true),
+            Leadership::Vacant => (None, false),
+        };
+        // Most wakes only read: under the shared lock, unless a lease of the key is past its
+        // expiry. Then, under the exclusive lock, it is freed and the key given to the oldest
+        // candidate (the expiry is the change being watched; nobody else may notice it).
+        let read = table::with_table(false, |t| {
+            t.next_expiry(database, key)
+                .is_none_or(|at| at > now)
+                .then(|| look(t))
         })
         .expect("the lease table exists");
+        let (leader, starting) = match read {
+            Some(seen) => seen,
+            None => table::with_table(true, |t| {
+                if t.next_expiry(database, key).is_some_and(|at| at <= now) {
+                    t.settle(database, key, now);
+                }
+                look(t)
+            })
+            .expect("the lease table exists"),
+        };
         let term = leader.as_ref().map(|l| l.term);
         // A granted candidate drawing its token is not reported as a gap: its term follows.
         let changed = term != known && !(starting && known.is_none());

@@ -12,7 +12,7 @@
 //! - `advlock_holder_entries` (declared in `diagnostics`): a set-returning function in
 //!   materialize mode, the rows going straight into the executor's tuplestore (pgrx's
 //!   value-per-call iterator cost as much per row as building the row);
-//! - the four snapshot-free waits (declared in `snapshot_free_wait` and `election`): procedures,
+//! - the four snapshot-free waits (all four declared in `snapshot_free_wait`): procedures,
 //!   which pgrx cannot declare, that commit before they wait.
 use crate::diagnostics::{self, HOLDER_ENTRY_COLUMNS};
 use crate::errors::Report;
@@ -296,10 +296,15 @@ pub unsafe extern "C-unwind" fn advlock_wait_lease(
 ) -> pg_sys::Datum {
     // SAFETY: fcinfo is this call's; argument 3 is `slots integer`.
     unsafe {
-        wait_take(fcinfo, WAIT_LEASE, |ttl_ms, timeout_ms| {
-            let slots = arg::<i32>(fcinfo, 3);
-            crate::leases::check_lease_arguments(WAIT_LEASE, ttl_ms, timeout_ms, slots)
-        })
+        wait_take(
+            fcinfo,
+            WAIT_LEASE,
+            crate::leases::take,
+            |ttl_ms, timeout_ms| {
+                let slots = arg::<i32>(fcinfo, 3);
+                crate::leases::check_lease_arguments(WAIT_LEASE, ttl_ms, timeout_ms, slots)
+            },
+        )
     }
 }
 
@@ -315,10 +320,20 @@ pub unsafe extern "C-unwind" fn advlock_wait_campaign(
 ) -> pg_sys::Datum {
     // SAFETY: fcinfo is this call's; argument 3 is `candidate text`, copied by the check.
     unsafe {
-        wait_take(fcinfo, WAIT_CAMPAIGN, |ttl_ms, timeout_ms| {
-            let candidate = arg::<ServerText>(fcinfo, 3);
-            crate::election::check_campaign_arguments(WAIT_CAMPAIGN, ttl_ms, timeout_ms, candidate)
-        })
+        wait_take(
+            fcinfo,
+            WAIT_CAMPAIGN,
+            crate::election::take_term,
+            |ttl_ms, timeout_ms| {
+                let candidate = arg::<ServerText>(fcinfo, 3);
+                crate::election::check_campaign_arguments(
+                    WAIT_CAMPAIGN,
+                    ttl_ms,
+                    timeout_ms,
+                    candidate,
+                )
+            },
+        )
     }
 }
 
@@ -332,6 +347,7 @@ pub unsafe extern "C-unwind" fn advlock_wait_campaign(
 unsafe fn wait_take(
     fcinfo: pg_sys::FunctionCallInfo,
     function: &str,
+    take: fn(&str, Target, crate::leases::LeaseArgs, pg_sys::FunctionCallInfo) -> Option<i64>,
     check: impl FnOnce(Option<i32>, Option<i32>) -> crate::leases::LeaseArgs,
 ) -> pg_sys::Datum {
     // SAFETY: see the contract; the arguments are read before the commit.
@@ -342,7 +358,7 @@ unsafe fn wait_take(
         let target = Target::from_key(key, function);
         let args = check(ttl_ms, timeout_ms);
         snapshot_free_wait::commit_first(nonatomic(fcinfo), function);
-        let taken = crate::leases::take(function, target, args, fcinfo);
+        let taken = take(function, target, args, fcinfo);
         snapshot_free_wait::finish();
         procedure_result(fcinfo, [taken.map(pg_sys::Datum::from)])
     }

@@ -214,9 +214,6 @@ pub(crate) fn take(
         // synchronous standbys) before the id reaches the client: a crash or a failover keeps
         // the lease.
         lease_wal::flush_grant(grant_end);
-        if !candidate.is_empty() {
-            crate::election::term_started(&target, id, &candidate);
-        }
         Some(id)
     })
     .catch_others(|error| {

@@ -11,7 +11,7 @@
 //! Even a waiter with no statement snapshot keeps the catalog snapshot of its name lookups.
 //!
 //! A procedure called with `CALL` outside a transaction block runs in a non-atomic context and
-//! may commit. These two commit first (`SPI_commit`: the caller's transaction ends, the portal's
+//! may commit. These four commit first (`SPI_commit`: the caller's transaction ends, the portal's
 //! snapshots are forgotten and the catalog snapshot is invalidated), so the wait that follows runs
 //! in a fresh transaction with no snapshot at all, and CIC does not wait for it. Everything they
 //! need after the commit — the key, the arguments — was evaluated by `CALL` before. Inside a

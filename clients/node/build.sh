@@ -10,7 +10,7 @@ command -v npm >/dev/null || { echo "node-client: npm is missing (scripts/setup.
 stamp=$(sha256sum package-lock.json | cut -d' ' -f1)
 if [ "$(cat node_modules/.advlock-stamp 2>/dev/null)" != "$stamp" ]; then
   echo "node-client: npm ci"
-  npm ci --no-audit --no-fund --loglevel=error
+  npm ci --no-audit --no-fund --loglevel=error --ignore-scripts   # the build is below (prepare.mjs is for installs from a directory)
   echo "$stamp" >node_modules/.advlock-stamp
 fi
 rm -rf dist

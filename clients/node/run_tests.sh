@@ -6,9 +6,11 @@
 # only run where leases work: the lease tests skip elsewhere, saying why, and check the error
 # there instead). The PgBouncer tests start real PgBouncers (transaction, statement, session
 # mode) as the postgres OS user. The README's examples run against the packed package
-# (test/readme.test.ts). Appends "node-client PASSED FAILED" to $ADVLOCK_SUMMARY if set (the
-# version check, tsc, ESLint and npm pack count as one check each). Works as root on a fresh
-# machine with Node.js >= 20 and npm (scripts/setup.sh installs them): the npm packages are
+# (test/readme.test.ts), and `npm install` of the package from a directory (built by its
+# `prepare` script) and from the tarball must give an importable package. Appends "node-client
+# PASSED FAILED" to $ADVLOCK_SUMMARY if set (the version check, tsc, ESLint, npm pack and the
+# install check count as one check each). Works as root on a fresh machine with Node.js >= 20
+# and npm (scripts/setup.sh installs them): the npm packages are
 # installed here with `npm ci` into clients/node/node_modules, kept until package-lock.json
 # changes. ADVLOCK_NODE_PORT picks the port (default: the first free one from 5570); the
 # preloaded instance takes the next free one. Arguments, if any, go to node --test: options
@@ -52,9 +54,9 @@ work=$(mktemp -d /tmp/advlock-node.XXXXXX)
 chmod 755 "$work"
 # The package as a user installs it: npm pack, unpacked into a node_modules of its own beside the
 # drivers (the README's examples import "advlock", "pg" and "postgres" from there).
+tgz=""
 packed() {
-  local tgz
-  tgz=$(npm pack --silent --pack-destination "$work") || return 1
+  tgz=$(npm pack --silent --pack-destination "$work" | tail -1) || return 1
   mkdir -p "$work/readme/node_modules/advlock" &&
     tar -xzf "$work/$tgz" -C "$work/readme/node_modules/advlock" --strip-components=1 &&
     ln -s "$here/node_modules/pg" "$here/node_modules/postgres" "$work/readme/node_modules/" &&
@@ -62,6 +64,29 @@ packed() {
     ! tar -tzf "$work/$tgz" | grep -qE '(^|/)(src|test|build|node_modules)/'
 }
 check "npm pack" packed
+# As a user installs it, into an empty project with pg beside it: `npm install <directory> pg`
+# from a copy of the package with nothing built or installed (no node_modules, dist, build: npm
+# runs `prepare`, which installs the compiler from package-lock.json and builds dist/), and
+# `npm install <tarball> pg` with npm pack's tarball; either way `import "advlock"` works.
+installed() {
+  local fresh="$work/install/advlock" pgv app from
+  pgv=$(node -p 'require("./node_modules/pg/package.json").version') || return 1
+  mkdir -p "$fresh" || return 1
+  tar -C "$here" --exclude=./node_modules --exclude=./dist --exclude=./build -cf - . | tar -C "$fresh" -xf - || return 1
+  for app in path tarball; do
+    from=$fresh
+    [ "$app" = tarball ] && from="$work/$tgz"
+    mkdir -p "$work/install/$app" || return 1
+    printf '{"name": "app-%s", "version": "1.0.0", "private": true}\n' "$app" >"$work/install/$app/package.json"
+    if ! (cd "$work/install/$app" && npm install --no-audit --no-fund --prefer-offline --loglevel=error "$from" "pg@$pgv" &&
+      node --input-type=module -e 'import { key, leader } from "advlock"; import pg from "pg";
+        if (key("account", 42) !== 7700915891107303510n || typeof leader !== "function" || typeof pg.Pool !== "function") process.exit(1);'); then
+      echo "node-client: npm install $from pg did not give an importable package"
+      return 1
+    fi
+  done
+}
+check "npm install from a directory and from the tarball" installed
 export ADVLOCK_NODE_README_DIR="$work/readme"
 
 # shellcheck source=SCRIPTDIR/../../pg_test/instance.sh disable=SC1091  # followed with shellcheck -x

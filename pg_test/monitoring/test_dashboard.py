@@ -61,6 +61,14 @@ def test_dashboard_schema_basics():
     variables = {v["name"]: v for v in d["templating"]["list"]}
     ds = variables.get("DS_PROMETHEUS")
     assert ds and ds["type"] == "datasource" and ds["query"] == "prometheus", ds
+    # Grafana's import prompt asks for a data source only for what __inputs declares (the
+    # variable alone serves a provisioned dashboard); __requires names every plugin used.
+    inputs = {i["name"]: i for i in d.get("__inputs", [])}
+    assert inputs.get("DS_PROMETHEUS", {}).get("type") == "datasource", d.get("__inputs")
+    assert inputs["DS_PROMETHEUS"]["pluginId"] == "prometheus", inputs
+    required = {(r["type"], r["id"]) for r in d.get("__requires", [])}
+    used = {("panel", p["type"]) for p in d["panels"] if p["type"] != "row"}
+    assert {("grafana", "grafana"), ("datasource", "prometheus")} | used <= required, required
     for name, v in variables.items():
         if v["type"] == "query":
             assert v["datasource"] == {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}, name

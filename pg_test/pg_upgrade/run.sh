@@ -9,7 +9,11 @@
 #   the key column and its index are unchanged and valid (after.sql: amcheck, index lookups);
 #   every advlock function works in the upgraded database (after.sql);
 #   ALTER EXTENSION advlock UPDATE is a no-op at the current version and updates the 0.2.0 database.
-# Packages: .deb (dpkg -i) where the server is Debian's, the tarball's install.sh otherwise.
+# The two servers run from copies of their trees made for this test (scripts/majors.sh
+# copy_pg_tree: this machine's PostgreSQL is not touched), with the package's files: the .deb's
+# unpacked into the copy (dpkg-deb -x: the copy keeps Debian's layout; `dpkg -i` itself is
+# pg_test/package's, in a clean Debian system) where the server is Debian's, the tarball's
+# install.sh into the copy otherwise.
 # Before all that, the same two server builds must be able to upgrade a cluster WITHOUT advlock:
 # if they cannot (e.g. PostgreSQL 17.12 stamps every column with a pg_attver option that the
 # older 18.6 minor release rejects), the pair is reported as skipped with pg_upgrade's error,
@@ -23,11 +27,16 @@ repo="$(dirname "$(dirname "$here")")"
 summary=${ADVLOCK_SUMMARY:-/dev/null}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -1)
 old_major=${1:?usage: run.sh OLD NEW} new_major=${2:?usage: run.sh OLD NEW}
-old_pgc=$(pg_config_for "$old_major") new_pgc=$(pg_config_for "$new_major")
-old_bin=$("$old_pgc" --bindir) new_bin=$("$new_pgc" --bindir)
-old_ext=$("$old_pgc" --sharedir)/extension
 name="pg_upgrade-$old_major-$new_major"
 work=$(mktemp -d /tmp/advlock-pg_upgrade.XXXXXX); chmod 755 "$work"; chown postgres "$work"
+for side in old new; do
+  m=$old_major; [ $side = new ] && m=$new_major
+  copy_pg_tree "$m" "$work/tree-$side" ||
+    { echo "$name 0 1 could not copy PostgreSQL $m's tree" >>"$summary"; rm -rf "$work"; exit 1; }
+done
+old_pgc=$(copied_pg_config "$old_major" "$work/tree-old") new_pgc=$(copied_pg_config "$new_major" "$work/tree-new")
+old_bin=$("$old_pgc" --bindir) new_bin=$("$new_pgc" --bindir)
+old_ext=$("$old_pgc" --sharedir)/extension
 port_old=${ADVLOCK_UPGRADE_PORT:-5440} port_new=$(( ${ADVLOCK_UPGRADE_PORT:-5440} + 1 ))
 skipped=""
 . "$repo/scripts/helpers.sh"
@@ -38,8 +47,7 @@ finish() {
     local bin=$old_bin; [ $side = new ] && bin=$new_bin
     [ -f "$work/$side/postmaster.pid" ] && as_postgres "$bin/pg_ctl" -D "$work/$side" -m immediate -w stop >/dev/null 2>&1
   done
-  rm -f "$old_ext/advlock--0.2.0.sql"
-  for major in "$old_major" "$new_major"; do uninstall_advlock "$major"; done
+  rm -rf "$work/tree-old" "$work/tree-new"
   if [ -n "$skipped" ]; then
     echo "$name 0 0 skipped: $skipped" >>"$summary"
     echo "$name: SKIPPED: $skipped"
@@ -51,19 +59,13 @@ finish() {
 trap finish EXIT
 fail_now() { failed=$((failed + 1)); echo "$name: FAIL $*"; [ -f "$work/upgrade.log" ] && tail -40 "$work/upgrade.log"; exit 1; }
 
-# install_advlock MAJOR / uninstall_advlock MAJOR: from the package a DBA would use.
+# install_advlock MAJOR SIDE: the package a DBA would use, into that side's copy of the tree.
 install_advlock() {
   if major_from_debian "$1"; then
-    dpkg -i "$repo/target/packages/postgresql-$1-advlock_${version}-1_amd64.deb" >/dev/null
+    dpkg-deb -x "$repo/target/packages/postgresql-$1-advlock_${version}-1_amd64.deb" "$work/tree-$2"
   else
     tar -C "$work" -xzf "$repo/target/packages/advlock-$version-pg$1-linux-x86_64.tar.gz" &&
-      PG_CONFIG=$(pg_config_for "$1") "$work/advlock-$version-pg$1-linux-x86_64/install.sh" >/dev/null
-  fi
-}
-uninstall_advlock() {
-  if major_from_debian "$1"; then dpkg -r "postgresql-$1-advlock" >/dev/null 2>&1
-  elif [ -x "$work/advlock-$version-pg$1-linux-x86_64/install.sh" ]; then
-    PG_CONFIG=$(pg_config_for "$1") "$work/advlock-$version-pg$1-linux-x86_64/install.sh" --uninstall >/dev/null 2>&1
+      PG_CONFIG=$(copied_pg_config "$1" "$work/tree-$2") "$work/advlock-$version-pg$1-linux-x86_64/install.sh" >/dev/null
   fi
 }
 settings="shared_preload_libraries = 'advlock'
@@ -124,8 +126,8 @@ if ! upgrade; then
 fi
 rm -rf "$work/old" "$work/new" "$work/upgrade.log"
 
-install_advlock "$old_major" || fail_now "install advlock $version into PostgreSQL $old_major from its package"
-install_advlock "$new_major" || fail_now "install advlock $version into PostgreSQL $new_major from its package"
+install_advlock "$old_major" old || fail_now "install advlock $version into PostgreSQL $old_major from its package"
+install_advlock "$new_major" new || fail_now "install advlock $version into PostgreSQL $new_major from its package"
 # The released 0.2.0 install script, so one database can start at the version users have today.
 install -m 644 "$repo/sql/archive/advlock--0.2.0.sql" "$old_ext/"
 

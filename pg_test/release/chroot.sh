@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Clean Debian systems for the release tests, made by debootstrap once and cached between runs
-# (the same discipline as pg_test/package/bookworm.sh, which shares the bookworm tree). Sourced.
+# (pg_test/package/run.sh installs its .deb of 15 and 17 in the bookworm and trixie trees). Sourced.
 #   chroot_root SUITE            the tree: $ADVLOCK_CHROOT_BASE/advlock-SUITE-root (default /var/tmp)
 #   chroot_ensure SUITE MAJOR    debootstrap --variant=minbase SUITE with Debian's postgresql-MAJOR
 #                                from this machine's Debian mirror (scripts/majors.sh debian_mirror),

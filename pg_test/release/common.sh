@@ -11,7 +11,8 @@
 #   pg_start [CONF...] / pg_stop  a cluster in /tmp/pgdata of the tree, socket in its /tmp
 #   psql_in DB ARGS               the tree's psql on that cluster
 #   vectors_ok DB                 every key vector of pg_test/vectors computed by the server
-#   regress NAME                  this machine's pg_regress of $major against the tree's server
+#   regress NAME [isolation]      this machine's pg_regress (pg_isolation_regress) of $major
+#                                 against the tree's server
 # shellcheck disable=SC2154  # suite, major, port, repo, summary: set by the script that sources this
 root=$(chroot_root "$suite")
 pgbin=/usr/lib/postgresql/$major/bin
@@ -77,16 +78,30 @@ vectors_ok() {
   [ "$got" = "$vectors_total $vectors_total" ] || { echo "vectors: $got (matched total), want $vectors_total of $vectors_total"; return 1; }
 }
 
-# regress NAME: the regress suite (pg_test/regress) by this machine's pg_regress of $major through
-# the tree's socket directory; writes "NAME passed failed" to $summary.
+# regress NAME [isolation]: the regress suite (pg_test/regress), or the isolation specs
+# (pg_test/isolation: a spec needing an extension the tree's server lacks is skipped, printed), by
+# this machine's driver of $major (from its test tree) against the tree's server through its
+# socket directory; writes "NAME passed failed" to $summary.
 regress() {
-  local name=$1 work rc rp rf hostbin tests
+  local name=$1 kind=${2:-regress} work rc rp rf hostpgc driver spec needs tests=()
   work=$(mktemp -d /tmp/advlock-apt-regress.XXXXXX)
-  cp -r "$repo/pg_test/regress" "$work/input"; chmod -R a+rwX "$work"
-  mapfile -t tests < <(find "$repo/pg_test/regress/sql" -name '*.sql' -printf '%f\n' | sed 's/\.sql$//' | sort)
-  hostbin=$("$(pg_config_for "$major")" --bindir)
-  sudo -u postgres "$(pgxs_test_dir "$major")/regress/pg_regress" --bindir="$hostbin" --host="$root/tmp" --port="$port" \
-    --user=postgres --inputdir="$work/input" --outputdir="$work/out" --dbname=advlock_regress --load-extension=advlock \
+  cp -r "$repo/pg_test/$kind" "$work/input"; chmod -R a+rwX "$work"
+  hostpgc=$(test_pg_config_for "$major")
+  if [ "$kind" = isolation ]; then
+    driver=$(pgxs_test_dir "$major" "$hostpgc")/isolation/pg_isolation_regress
+    for spec in "$repo"/pg_test/isolation/specs/*.spec; do
+      needs=$(sed -n '1s/^# requires-extension: *//p' "$spec")
+      if [ -n "$needs" ] && [ ! -f "$root/usr/share/postgresql/$major/extension/$needs.control" ]; then
+        echo "$name: SKIPPED $(basename "$spec" .spec): needs extension $needs"; continue
+      fi
+      tests+=("$(basename "$spec" .spec)")
+    done
+  else
+    driver=$(pgxs_test_dir "$major" "$hostpgc")/regress/pg_regress
+    mapfile -t tests < <(find "$repo/pg_test/regress/sql" -name '*.sql' -printf '%f\n' | sed 's/\.sql$//' | sort)
+  fi
+  sudo -u postgres "$driver" --bindir="$("$hostpgc" --bindir)" --host="$root/tmp" --port="$port" \
+    --user=postgres --inputdir="$work/input" --outputdir="$work/out" --dbname="advlock_$kind" --load-extension=advlock \
     "${tests[@]}" 2>&1 | tee "$work/regress.log"
   rc=${PIPESTATUS[0]}
   rp=$(grep -cE '^ok [0-9]+|\.\.\. ok ' "$work/regress.log"); rf=$(grep -cE '^not ok [0-9]+|\.\.\. FAILED' "$work/regress.log")

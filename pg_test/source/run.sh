@@ -8,7 +8,9 @@
 #   2. Per major (default: 18, a PyPI-wheel tree, not Debian's layout, and 15, Debian's): the
 #      documented command, in a CARGO_TARGET_DIR of its own made empty first (no build of
 #      scripts/up.sh or of the test command is reused: every crate is compiled anew, release),
-#      into a server tree from which advlock was removed; the installed files are the build's;
+#      into a copy of that server's tree made for this test, without advlock (scripts/majors.sh
+#      copy_pg_tree: the system tree, which a running server may use, is not touched; the
+#      copy's pg_config names its own directories, as a DBA's names theirs); the installed files are the build's;
 #      then a smoke test on an instance of that server, advlock preloaded: CREATE EXTENSION, the
 #      version, advlock_key against a published vector, advlock_try_with_timeout taking a free
 #      key and giving up on a held one after its bounded wait; then the command once more while
@@ -49,7 +51,8 @@ PY
 check "the README's from-source block is one command: scripts/install-from-source.sh --pg-config PATH ($readme_cmd)" \
   bash -c "grep -qxE 'scripts/install-from-source\.sh --pg-config /[^ ]+/pg_config' <<<'$readme_cmd'"
 any_pgc=""
-for m in "${majors[@]}" "${ADVLOCK_MAJORS[@]}"; do major_installed "$m" && { any_pgc=$(pg_config_for "$m"); break; }; done
+# (the test command's copy: were a refusal to fail, nothing of the system tree would change)
+for m in "${majors[@]}" "${ADVLOCK_MAJORS[@]}"; do [ -x "$(test_pg_config_for "$m")" ] && { any_pgc=$(test_pg_config_for "$m"); break; }; done
 mkdir -p "$scratch/home" "$scratch/fake"
 refused() { # EXPECTED-TEXT... -- COMMAND...: exit status 1 and every text in the output
   local texts=() out rc
@@ -115,11 +118,13 @@ for major in "${majors[@]}"; do
     check "PostgreSQL $major is installed (scripts/setup.sh)" false; count_since "$p0" "$f0" "pg$major-source"; status=1; continue
   fi
   echo "== install from source: PostgreSQL $major ($(major_source "$major")) =="
-  ADVLOCK_PG_MAJOR=$major; unset ADVLOCK_PG_CONFIG
+  if ! check "a copy of PostgreSQL $major's tree, without advlock" copy_pg_tree "$major" "$scratch/tree-$major"; then
+    count_since "$p0" "$f0" "pg$major-source"; status=1; continue
+  fi
+  ADVLOCK_PG_MAJOR=$major ADVLOCK_PG_CONFIG=$(copied_pg_config "$major" "$scratch/tree-$major")
   . "$repo/pg_test/instance.sh"
   pgc=$PG_CONFIG
   libdir=$("$pgc" --pkglibdir) extdir=$("$pgc" --sharedir)/extension
-  rm -f "$libdir"/advlock.so "$extdir"/advlock.control "$extdir"/advlock--*.sql
   log="$scratch/install-$major.log"
   start=$(date +%s)
   check "scripts/install-from-source.sh --pg-config $pgc (the README's command, from the repository root)" bash -c \

@@ -2,10 +2,13 @@
 //! SQL API and the rules).
 //!
 //! Locking: one LWLock (`shmem::lwlock(shmem::LEASES_LOCK)`) guards everything here, taken
-//! exclusively to change anything and shared to read for the view. Nothing under it waits for
-//! another backend: each operation is a bounded scan of fixed arrays, sized at server start by
-//! `advlock.max_leases` and `MaxBackends` (one waiter entry per backend: a backend waits for at
-//! most one lease at a time). That is also why this is not pgrx's `PgLwLock<T>`/`pg_shmem_init!`:
+//! exclusively to change anything and shared to read (the views, an observer that only looks).
+//! Nothing under it waits for another backend or raises (two paths, `free_entry` and
+//! `forget_backend`, collect the keys to settle in a `Vec`: Rust's allocator, not palloc, so no
+//! ERROR under the lock): each operation is a bounded scan of fixed arrays, sized at server
+//! start by `advlock.max_leases` and `MaxBackends` (one waiter entry per backend: a backend waits
+//! for at most one lease at a time). That is also why this is not pgrx's
+//! `PgLwLock<T>`/`pg_shmem_init!`:
 //! those hold a type whose size is known at compile time, and these arrays are sized by settings.
 //! The one exception is WAL insertion (`lease_wal`): a change to a held lease is logged under the
 //! lock, so that the WAL's order is the table's, and may wait for WAL buffer space as a heap

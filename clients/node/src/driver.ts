@@ -135,9 +135,14 @@ export async function pgRun(client: PgClientLike, text: string, values: unknown[
   return result.rows as Row[];
 }
 
+// Neither driver is asked for a named server-side prepared statement: a pooler in transaction
+// mode (PgBouncer before 1.21) hands the next statement to a backend that does not have it.
+// node-postgres prepares only a query given a `name` (none here: the unnamed statement, parsed
+// and run in one go); postgres.js prepares its tagged queries by default (`prepare: true`) but
+// not its unsafe() ones (3.4): asked for explicitly here, whatever the application's setting.
 export async function pjsRun(sql: PostgresJsLike, text: string, values: unknown[], signal?: AbortSignal, resultWins = false): Promise<Row[]> {
   signal?.throwIfAborted();
-  const q = (sql.unsafe(text, values as never[]) as PjsQuery).values();
+  const q = (sql.unsafe(text, values as never[], { prepare: false } as never) as PjsQuery).values();
   q.execute();
   const rows = await withAbort(q, async () => q.cancel(), signal, resultWins);
   return rows as Row[];
@@ -151,7 +156,7 @@ export function run(db: PgClientLike | PostgresJsLike, kind: Kind, text: string,
 // ---- transaction status -------------------------------------------------------------------
 
 /** Why a transaction-scope lock taken on `db` now would protect nothing, or null when fine. */
-export function xactProblem(db: unknown, kind: Kind): string | null {
+export function xactProblem(db: unknown, kind: Kind, forLock = true): string | null {
   switch (kind) {
     case "pjs-tx":
       return null;
@@ -166,7 +171,9 @@ export function xactProblem(db: unknown, kind: Kind): string | null {
       if (status === "T") return null;
       if (status === "E") return "the transaction is aborted (a previous statement failed): roll it back first";
       if (status === "I") {
-        return "no transaction is open on this client: run it after `await client.query('BEGIN')`, or use withLock(client, ...), which opens one";
+        return forLock
+          ? "no transaction is open on this client: run it after `await client.query('BEGIN')`, or use withLock(client, ...), which opens one"
+          : "no transaction is open on this client: call it after `await client.query('BEGIN')`, in the transaction that writes";
       }
       return "this node-postgres version does not report the transaction status (pg >= 8.23 does): upgrade pg";
     }

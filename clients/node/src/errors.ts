@@ -51,6 +51,25 @@ export class LeaseTimeoutError extends LockTimeoutError {}
  * it), no renewal succeeded before the renew deadline, or the release found it already gone. */
 export class LeaseLostError extends LockLostError {}
 
+/** advlock_fence refused this writer's token (SQLSTATE LK001): a larger token has already
+ * passed the fence, so a newer holder has taken over. The transaction is aborted: roll it back
+ * and stop writing. `token` is the refused token, `passed` the one that had passed. */
+export class FenceRefusedError extends AdvlockError {
+  readonly token: bigint;
+  readonly passed: bigint | null;
+  readonly detail: string | null;
+  constructor(message: string, token: bigint, passed: bigint | null, detail: string | null = null, options?: { cause?: unknown }) {
+    super(detail ? `${message}\nDETAIL: ${detail}` : message, options);
+    this.token = token;
+    this.passed = passed;
+    this.detail = detail;
+  }
+}
+
+/** advlock_lease_check found the lease (or term) no longer held (SQLSTATE LK002) inside the
+ * writer's transaction: it expired or was released. The transaction is aborted: roll it back. */
+export class LeaseNotHeldError extends LeaseLostError {}
+
 /** This database has no leases: the SQL edition (or an extension version before them). */
 export class LeasesUnavailableError extends AdvlockError {}
 

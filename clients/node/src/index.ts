@@ -4,8 +4,10 @@
 export { key, type Id } from "./key.js";
 export {
   AdvlockError,
+  FenceRefusedError,
   type Holder,
   LeaseLostError,
+  LeaseNotHeldError,
   LeaseTimeoutError,
   LeasesUnavailableError,
   LockLostError,
@@ -27,6 +29,8 @@ export {
   withLockAll,
 } from "./xact.js";
 export { type Driver, SessionLock, type SessionLockOptions, sessionLock, withSessionLock } from "./session.js";
-export { type Lease, type LeaseOptions, type LeaseSource, lease } from "./lease.js";
+export { type Lease, type LeaseOptions, type LeaseSource, type LeaderOptions, type Leadership, lease, leader } from "./lease.js";
+export { type Leader, type ObserveOptions, observe } from "./election.js";
+export { type WriteTransaction, fence, leaseCheck } from "./fence.js";
 export type { PgClientLike, PgPoolLike, PostgresJsLike } from "./driver.js";
-export const version = "0.5.0";
+export const version = "0.6.0";

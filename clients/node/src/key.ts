@@ -73,16 +73,26 @@ export function idText(id: unknown, name = "id"): string {
     if (id < INT8_MIN || id > INT8_MAX) throw new RangeError(`${name} ${id} is out of the bigint range`);
     return id.toString();
   }
+  if (typeof id === "object" && id !== null && Object.getPrototypeOf(id) === Object.prototype) {
+    // An options object where the id goes: the id was left out.
+    throw new TypeError(
+      `${name} must be a string, an integer number or a bigint, got an object: the id comes before the options ` +
+        `(for the empty id pass "", e.g. sessionLock(url, "migrate", "", { timeoutMs: 30000 }))`,
+    );
+  }
   throw new TypeError(`${name} must be a string, an integer number or a bigint, got ${describe(id)}`);
 }
 
+/** How a bad argument is named in an error: "undefined", "null", "string \"x\"", "number 1.5",
+ * "an object", "a function", "a Pool". */
 export function describe(x: unknown): string {
-  if (x === null) return "null";
-  if (typeof x === "object" || typeof x === "function") {
+  if (x === null || x === undefined) return String(x);
+  if (typeof x === "function") return "a function";
+  if (typeof x === "object") {
     const name = (x as { constructor?: { name?: string } }).constructor?.name;
-    return name ? `a ${name}` : typeof x;
+    return name && name !== "Object" ? `a ${name}` : "an object";
   }
-  return `${typeof x} ${String(x)}`;
+  return typeof x === "string" ? `string ${JSON.stringify(x)}` : `${typeof x} ${String(x)}`;
 }
 
 const encoder = new TextEncoder();

@@ -23,6 +23,11 @@ const WAIT = "CALL @.advlock_wait_lease(CAST($1 AS int8), CAST($2 AS int4), CAST
 const RENEW = "SELECT @.advlock_lease_renew(CAST($1 AS int8), CAST($2 AS int4))";
 const RELEASE = "SELECT @.advlock_lease_release(CAST($1 AS int8))";
 const WHO = "SELECT pid, application_name FROM @.advlock_leases WHERE key = CAST($1 AS int8) AND granted ORDER BY lease";
+// After a wait: how long until the lease runs out, by the server's clock (its expires_at, the
+// grant's time plus the TTL, measured against clock_timestamp()). No row: it has already ended.
+const UNTIL_EXPIRY =
+  "SELECT CAST(EXTRACT(EPOCH FROM expires_at - pg_catalog.clock_timestamp()) * 1000 AS float8)" +
+  " FROM @.advlock_leases WHERE lease = CAST($1 AS int8) AND granted";
 
 export interface LeaseOptions {
   /** How long the lease lasts on the server without a renewal, in milliseconds. */
@@ -62,7 +67,12 @@ export interface Lease {
   check(): void;
 }
 
-function unavailable(e: unknown): Error | null {
+const LEASE_FUNCTIONS = /advlock_(lease\w*|wait_lease|campaign|wait_campaign|leader|observe_leader|wait_leader|resign)\b/;
+
+/** NotPreloadedError for 55000 (advlock not in shared_preload_libraries), LeasesUnavailableError
+ * for 42883 on a lease or election function (the SQL edition, or an extension older than them:
+ * leases came in 0.4.0, elections in 0.5.0), else null. */
+export function unavailable(e: unknown): Error | null {
   const state = sqlstate(e);
   const text = String((e as { message?: unknown } | null)?.message ?? e);
   if (state === "55000" && text.includes("shared_preload_libraries")) {
@@ -72,10 +82,11 @@ function unavailable(e: unknown): Error | null {
       { cause: e },
     );
   }
-  if (state === "42883" && text.includes("advlock_lease")) {
+  const missing = state === "42883" ? LEASE_FUNCTIONS.exec(text) : null;
+  if (missing !== null) {
     return new LeasesUnavailableError(
-      "this database has no advlock_lease(): leases need the advlock extension (the SQL edition has none), version " +
-        `with leases, preloaded via shared_preload_libraries (server: ${text})`,
+      `this database has no ${missing[0]}(): leases (and elections) need the advlock extension (the SQL edition has none) ` +
+        `in a version that has them (leases: 0.4.0, elections: 0.5.0), preloaded via shared_preload_libraries (server: ${text})`,
       { cause: e },
     );
   }
@@ -83,7 +94,7 @@ function unavailable(e: unknown): Error | null {
 }
 
 /** Statements on a connection borrowed from the pool for each one. */
-class Runner {
+export class Runner {
   constructor(
     private readonly source: LeaseSource,
     private readonly pg: boolean,
@@ -145,6 +156,8 @@ class LeaseState implements Lease {
   lastError: unknown = null;
 
   constructor(
+    /** "lease", or "term of leadership" (messages say which). */
+    readonly what: string,
     readonly ns: string,
     readonly id: string,
     readonly ttlMs: number,
@@ -161,7 +174,7 @@ class LeaseState implements Lease {
 
   lostError(): LeaseLostError {
     const why = (this.lost as { message?: unknown } | null)?.message ?? this.lost;
-    return new LeaseLostError(`the lease on ${this.label()} (token ${this.token}) was lost: ${String(why)}`, { cause: this.lost });
+    return new LeaseLostError(`the ${this.what} on ${this.label()} (token ${this.token}) was lost: ${String(why)}`, { cause: this.lost });
   }
 
   markLost(reason: unknown): void {
@@ -185,6 +198,21 @@ class LeaseState implements Lease {
   }
 }
 
+/** The performance.now() of a lease's grant, from the server's clock: its expires_at minus the
+ * TTL, located by the time this statement was sent (the server read its clock after that, so the
+ * grant is placed no later than it was, and the renew deadline comes no later than it should).
+ * An Error when the lease has already ended or the server could not say. */
+async function serverGrantTime(runner: Runner, token: bigint, ttlMs: number): Promise<number | Error> {
+  const sentAt = performance.now();
+  try {
+    const [row] = await runner.query(UNTIL_EXPIRY, [token.toString()]);
+    if (row === undefined) return new Error("the lease had already ended when its wait returned");
+    return sentAt + Number(row[0]) - ttlMs;
+  } catch (e) {
+    return new Error(`could not read the lease's expires_at after its wait: ${String((e as { message?: unknown }).message ?? e)}`, { cause: e });
+  }
+}
+
 const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
   new Promise((resolve) => {
     const timer = setTimeout(done, ms);
@@ -196,33 +224,26 @@ const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
     signal.addEventListener("abort", done, { once: true });
   });
 
-/** Run `fn` holding a lease on (ns, id) taken from `pool` (a node-postgres Pool or a postgres.js
- * sql): taken with a server-side bounded wait of at most `timeoutMs` that holds no snapshot (CALL
- * advlock_wait_lease; LeaseTimeoutError after, naming the holders), renewed in the background on
- * any connection of the pool, released when `fn` settles. If a renewal says the lease is gone or
- * none succeeds before the renew deadline, `lease.signal` is aborted (the body must stop: pass the
- * signal on) and lease() throws LeaseLostError once `fn` has settled; a lease stopped at its
- * renew deadline is left to run out at its TTL rather than released, so whatever the body still
- * had in flight ends before another holder is granted the key. Needs advlock in
- * shared_preload_libraries (NotPreloadedError otherwise). */
-export async function lease<T>(
-  pool: LeaseSource,
-  ns: string,
-  id: Id,
-  options: LeaseOptions,
-  fn: (lease: Lease) => Promise<T> | T,
-): Promise<T> {
-  const o = checkOptions(options, OPTIONS, "lease");
-  checkNs(ns);
-  const idt = idText(id);
-  if (o["ttlMs"] === undefined) throw new TypeError("ttlMs is required: lease(pool, ns, id, { ttlMs: 30000, timeoutMs: 5000 }, fn)");
-  if (o["timeoutMs"] === undefined) throw new TypeError("timeoutMs is required: lease(pool, ns, id, { ttlMs: 30000, timeoutMs: 5000 }, fn)");
+
+/** What a lease-shaped hold runs: a lease's statements, or an election term's. */
+interface Shape {
+  what: string;
+  acquire: string;
+  acquireArgs: unknown[];
+  wait: string;
+  waitArgs: unknown[];
+  release: string;
+  releaseName: string;
+  slots: number;
+}
+
+/** The options every lease-shaped hold takes, checked; `usage` is the call shown in messages. */
+function holdOptions(o: Record<string, unknown>, usage: string) {
+  if (o["ttlMs"] === undefined) throw new TypeError(`ttlMs is required: ${usage}`);
+  if (o["timeoutMs"] === undefined) throw new TypeError(`timeoutMs is required: ${usage}`);
   const ttlMs = ms(o["ttlMs"], "ttlMs");
-  if (ttlMs === 0) throw new RangeError("ttlMs must be a positive number of milliseconds, got 0");
+  if (ttlMs === 0) throw new RangeError(`ttlMs must be a positive number of milliseconds, got ${String(o["ttlMs"])}`);
   const timeoutMs = ms(o["timeoutMs"], "timeoutMs");
-  const slots = o["slots"] ?? 1;
-  if (typeof slots !== "number" || !Number.isInteger(slots)) throw new TypeError(`slots must be an integer, got ${describe(slots)}`);
-  if (slots < 1 || slots > INT4_MAX) throw new RangeError(`slots must be at least 1 (1: a lock; N: up to N holders at once), got ${slots}`);
   let renewDeadlineMs = Math.floor((ttlMs * 2) / 3);
   if (o["renewDeadlineMs"] !== undefined) {
     renewDeadlineMs = ms(o["renewDeadlineMs"], "renewDeadlineMs");
@@ -232,9 +253,11 @@ export async function lease<T>(
       );
     }
   }
-  const schema = checkSchema(o["schema"]);
-  const signal = checkSignal(o["signal"]);
-  checkFn(fn, "the lease");
+  return { ttlMs, timeoutMs, renewDeadlineMs, schema: checkSchema(o["schema"]), signal: checkSignal(o["signal"]) };
+}
+
+/** The Runner for a lease's pool, or TypeError naming what to pass. */
+export function leaseRunner(pool: unknown, schema: string | undefined): Runner {
   const kind = kindOf(pool, "pool");
   if (kind !== "pg-pool" && kind !== "pjs-pool") {
     throw new TypeError(
@@ -242,23 +265,36 @@ export async function lease<T>(
         "background renewals borrow their own pooled connection",
     );
   }
-  signal?.throwIfAborted();
-  const runner = new Runner(pool, kind === "pg-pool", schema);
-  const state = new LeaseState(ns, idt, ttlMs, renewDeadlineMs, signal);
+  return new Runner(pool as LeaseSource, kind === "pg-pool", schema);
+}
 
+/** Acquire (waiting at most timeoutMs), renew in the background, run `fn`, release: the one
+ * routine of lease() and leader(). */
+async function hold<S extends LeaseState, T>(
+  runner: Runner,
+  state: S,
+  shape: Shape,
+  timeoutMs: number,
+  signal: AbortSignal | undefined,
+  fn: (held: S) => Promise<T> | T,
+): Promise<T> {
+  const { ttlMs, renewDeadlineMs } = state;
   // ---- acquire ----
-  let sentAt = performance.now();
+  // The renew deadline counts from the grant. Granted at once, the grant came after the
+  // statement was sent: counting from the send is the safe side. Granted after a wait (of up to
+  // timeoutMs, maybe longer than the TTL), the server says when: its expires_at.
+  let grantedAt: number | Error = performance.now();
   let token: bigint | null;
   try {
     const granted = (rows: Row[]): bigint | null => (rows[0]?.[0] === null || rows[0]?.[0] === undefined ? null : toBigInt(rows[0][0]));
     // A lease granted as the caller's signal aborts is released, not left to its TTL.
-    token = granted(await runner.query(ACQUIRE, [ns, idt, ttlMs, 0, slots], signal, undefined, true));
+    token = granted(await runner.query(shape.acquire, shape.acquireArgs, signal, undefined, true));
     if (token === null && timeoutMs > 0 && !signal?.aborted) {
-      sentAt = performance.now();
-      token = granted(await runner.query(WAIT, [state.key.toString(), ttlMs, timeoutMs, slots], signal, undefined, true));
+      token = granted(await runner.query(shape.wait, shape.waitArgs, signal, undefined, true));
+      if (token !== null && !signal?.aborted) grantedAt = await serverGrantTime(runner, token, ttlMs);
     }
     if (signal?.aborted) {
-      if (token !== null) await runner.query(RELEASE, [token.toString()]);
+      if (token !== null) await runner.query(shape.release, [token.toString()]);
       throw signal.reason;
     }
     if (token === null) {
@@ -266,8 +302,8 @@ export async function lease<T>(
       const holders: Holder[] = rows.map((r) => ({ pid: Number(r[0]), applicationName: (r[1] as string | null) ?? null, state: null }));
       const heldBy = holders.map((h) => `PID ${h.pid} (application_name ${JSON.stringify(h.applicationName)})`).join("; ");
       throw new LeaseTimeoutError(
-        `could not obtain a lease on key ${state.key} = ${state.label()} within ${timeoutMs} ms` +
-          (slots > 1 ? ` (${slots} slots)` : "") +
+        `could not obtain a ${shape.what} on key ${state.key} = ${state.label()} within ${timeoutMs} ms` +
+          (shape.slots > 1 ? ` (${shape.slots} slots)` : "") +
           (heldBy ? `: held by ${heldBy}` : ""),
         holders,
       );
@@ -276,7 +312,12 @@ export async function lease<T>(
     throw unavailable(e) ?? e;
   }
   state.token = token;
-  state.deadline = sentAt + renewDeadlineMs;
+  if (grantedAt instanceof Error) {
+    state.deadline = -Infinity;
+    state.markLost(grantedAt);
+  } else {
+    state.deadline = grantedAt + renewDeadlineMs;
+  }
 
   // ---- renew in the background ----
   const stop = new AbortController();
@@ -320,14 +361,157 @@ export async function lease<T>(
   if (!state.stoppedAtDeadline) {
     let released: unknown;
     try {
-      released = (await runner.query(RELEASE, [state.token.toString()]))[0]?.[0];
+      released = (await runner.query(shape.release, [state.token.toString()]))[0]?.[0];
     } catch (e) {
       if (failure === null) throw e;
       throw failure.error;
     }
-    if (released !== true && state.lost === null) state.lost = new Error("advlock_lease_release found the lease already ended");
+    if (released !== true && state.lost === null) state.lost = new Error(`${shape.releaseName} found the ${shape.what} already ended`);
   }
   if (state.lost !== null) throw state.lostError();
   if (failure !== null) throw failure.error;
   return result as T;
+}
+
+/** Run `fn` holding a lease on (ns, id) taken from `pool` (a node-postgres Pool or a postgres.js
+ * sql): taken with a server-side bounded wait of at most `timeoutMs` that holds no snapshot (CALL
+ * advlock_wait_lease; LeaseTimeoutError after, naming the holders), renewed in the background on
+ * any connection of the pool, released when `fn` settles. The renew deadline counts from the
+ * grant (after a wait, by the server's clock). If a renewal says the lease is gone or none
+ * succeeds before the renew deadline, `lease.signal` is aborted (the body must stop: pass the
+ * signal on) and lease() throws LeaseLostError once `fn` has settled; a lease stopped at its
+ * renew deadline is left to run out at its TTL rather than released, so whatever the body still
+ * had in flight ends before another holder is granted the key. Needs advlock in
+ * shared_preload_libraries (NotPreloadedError otherwise). */
+export async function lease<T>(
+  pool: LeaseSource,
+  ns: string,
+  id: Id,
+  options: LeaseOptions,
+  fn: (lease: Lease) => Promise<T> | T,
+): Promise<T> {
+  checkNs(ns);
+  const idt = idText(id); // first: options passed in the id's place say so
+  const o = checkOptions(options, OPTIONS, "lease");
+  const { ttlMs, timeoutMs, renewDeadlineMs, schema, signal } = holdOptions(o, "lease(pool, ns, id, { ttlMs: 30000, timeoutMs: 5000 }, fn)");
+  const slots = o["slots"] ?? 1;
+  if (typeof slots !== "number" || !Number.isInteger(slots)) throw new TypeError(`slots must be an integer, got ${describe(slots)}`);
+  if (slots < 1 || slots > INT4_MAX) throw new RangeError(`slots must be at least 1 (1: a lock; N: up to N holders at once), got ${slots}`);
+  checkFn(fn, "the lease");
+  const runner = leaseRunner(pool, schema);
+  signal?.throwIfAborted();
+  const state = new LeaseState("lease", ns, idt, ttlMs, renewDeadlineMs, signal);
+  const shape: Shape = {
+    what: "lease",
+    acquire: ACQUIRE,
+    acquireArgs: [ns, idt, ttlMs, 0, slots],
+    wait: WAIT,
+    waitArgs: [state.key.toString(), ttlMs, timeoutMs, slots],
+    release: RELEASE,
+    releaseName: "advlock_lease_release",
+    slots,
+  };
+  return hold(runner, state, shape, timeoutMs, signal, fn);
+}
+
+// ---- leader election: a term is a one-slot lease that carries its candidate ---------------
+
+const CAMPAIGN =
+  "SELECT CAST(@.advlock_campaign(CAST($1 AS text), CAST($2 AS text), CAST($3 AS int4), CAST($4 AS int4), CAST($5 AS text)) AS text)";
+// Campaigning when the key is taken: commits first and waits holding no snapshot.
+const WAIT_CAMPAIGN = "CALL @.advlock_wait_campaign(CAST($1 AS int8), CAST($2 AS int4), CAST($3 AS int4), CAST($4 AS text))";
+const RESIGN = "SELECT @.advlock_resign(CAST($1 AS int8))";
+const CANDIDATE_BYTES = 128;
+
+export interface LeaderOptions {
+  /** Who campaigns, as observers see it (a host or pod name and pid): 1 to 128 bytes, no control characters. */
+  candidate: string;
+  /** How long a term lasts on the server without a renewal, in milliseconds. */
+  ttlMs: number;
+  /** The longest wait to be elected, in milliseconds (0: just try). */
+  timeoutMs: number;
+  /** The body is stopped this long after the last successful renewal was sent; default two thirds of ttlMs. */
+  renewDeadlineMs?: number;
+  /** The schema advlock is installed in (default: found once per connection). */
+  schema?: string;
+  /** Aborting it cancels the campaign, or aborts the body's signal. */
+  signal?: AbortSignal;
+}
+
+const LEADER_OPTIONS = ["candidate", "ttlMs", "timeoutMs", "renewDeadlineMs", "schema", "signal"] as const;
+
+/** What the body of leader() gets: a term of leadership, held like a lease. */
+export interface Leadership extends Lease {
+  /** The term: a fencing token larger than every earlier term of the key (the same as `token`). */
+  readonly term: bigint;
+  readonly candidate: string;
+}
+
+class LeadershipState extends LeaseState implements Leadership {
+  constructor(
+    readonly candidate: string,
+    ns: string,
+    id: string,
+    ttlMs: number,
+    renewDeadlineMs: number,
+    outer: AbortSignal | undefined,
+  ) {
+    super("term of leadership", ns, id, ttlMs, renewDeadlineMs, outer);
+  }
+
+  get term(): bigint {
+    return this.token;
+  }
+}
+
+function checkCandidate(candidate: unknown): string {
+  if (typeof candidate !== "string") throw new TypeError(`candidate must be a string (e.g. the host or pod name), got ${describe(candidate)}`);
+  const bytes = Buffer.byteLength(candidate, "utf8");
+  // eslint-disable-next-line no-control-regex
+  if (bytes < 1 || bytes > CANDIDATE_BYTES || /[\u0000-\u001f\u007f]/.test(candidate)) {
+    throw new RangeError(
+      `candidate must be 1 to ${CANDIDATE_BYTES} bytes without control characters (observers see it as the leader's name), got ${JSON.stringify(candidate)}`,
+    );
+  }
+  return candidate;
+}
+
+/** Campaign for the leadership of (ns, id) as `candidate` on `pool` (a node-postgres Pool or a
+ * postgres.js sql): wait at most `timeoutMs` (CALL advlock_wait_campaign, holding no snapshot;
+ * LeaseTimeoutError after, naming the leader), then run `fn` for the term, renewed in the
+ * background like a lease (the renew deadline counts from the election, by the server's clock,
+ * however long the campaign waited). `fn` runs once, when elected; when it settles the term is
+ * resigned (advlock_resign), handing the key to the next candidate at once. If the term is lost,
+ * `term.signal` aborts and leader() throws LeaseLostError once `fn` has settled (stopped at its
+ * renew deadline, the term runs out at its TTL instead of being resigned). Needs advlock in
+ * shared_preload_libraries. */
+export async function leader<T>(
+  pool: LeaseSource,
+  ns: string,
+  id: Id,
+  options: LeaderOptions,
+  fn: (term: Leadership) => Promise<T> | T,
+): Promise<T> {
+  checkNs(ns);
+  const idt = idText(id); // first: options passed in the id's place say so
+  const o = checkOptions(options, LEADER_OPTIONS, "leader");
+  const usage = 'leader(pool, ns, id, { candidate: "pod-1", ttlMs: 15000, timeoutMs: 600000 }, fn)';
+  if (o["candidate"] === undefined) throw new TypeError(`candidate is required: ${usage}`);
+  const candidate = checkCandidate(o["candidate"]);
+  const { ttlMs, timeoutMs, renewDeadlineMs, schema, signal } = holdOptions(o, usage);
+  checkFn(fn, "the term of leadership");
+  const runner = leaseRunner(pool, schema);
+  signal?.throwIfAborted();
+  const state = new LeadershipState(candidate, ns, idt, ttlMs, renewDeadlineMs, signal);
+  const shape: Shape = {
+    what: "term of leadership",
+    acquire: CAMPAIGN,
+    acquireArgs: [ns, idt, ttlMs, 0, candidate],
+    wait: WAIT_CAMPAIGN,
+    waitArgs: [state.key.toString(), ttlMs, timeoutMs, candidate],
+    release: RESIGN,
+    releaseName: "advlock_resign",
+    slots: 1,
+  };
+  return hold(runner, state, shape, timeoutMs, signal, fn);
 }

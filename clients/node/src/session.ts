@@ -27,6 +27,11 @@
 // snapshot, so a holder building an index concurrently is not stalled by the waiters. A CALL
 // cannot commit inside a transaction block, so behind a pooler, and in the SQL edition (which has
 // no such procedure), the wait runs inside the statement.
+//
+// The lock's connection sits idle while the body works elsewhere: advlock's
+// idle_session_lock_timeout would terminate it, so the try opts it out (see TRY). Whatever ends
+// the connection, the driver's own events on its socket say so at once (no query is sent to
+// check), and the lock's signal is aborted with the reason.
 import { checkOptions, checkSchema, checkSignal, modeOf, ms, toBigInt, toBool } from "./args.js";
 import { type Row, SCHEMA_EXPR, pgRun, pjsRun, qualify, schemaPrefix } from "./driver.js";
 import { type Holder, LockLostError, LockTimeoutError, UnsafePoolerError, sqlstate } from "./errors.js";
@@ -49,10 +54,19 @@ const HELLO = (schemaExpr: string): string =>
   " EXISTS (SELECT FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.pid = b.pid)" +
   ` FROM s, ${BACKEND}`;
 const PID = "SELECT pg_catalog.pg_backend_pid()";
+// The try also opts this connection out of advlock.idle_session_lock_timeout, which would
+// otherwise terminate it while it holds the lock idle (what a session lock's connection does):
+// only where the setting exists (current_setting(..., true) is NULL on the SQL edition and where
+// advlock is not loaded: the try itself loads the library, before this column is evaluated), and
+// not inside the pinning block (idle in a transaction is never terminated by it, and a session
+// setting made there would stay on a server session the pooler hands on).
 const TRY =
   "SELECT b.pid, CAST(b.lxid AS text), CASE WHEN b.pid = CAST($1 AS int4) AND b.lxid = CAST($2 AS int8) THEN" +
   " CAST(@.advlock_try_with_token(CAST($3 AS text), CAST($4 AS text), CAST($5 AS int4), mode => CAST($6 AS text)) AS text)" +
-  ` END FROM ${BACKEND}`;
+  " END, CASE WHEN b.pid = CAST($1 AS int4) AND NOT CAST($7 AS bool)" +
+  " AND pg_catalog.current_setting('advlock.idle_session_lock_timeout', true) IS NOT NULL" +
+  " THEN pg_catalog.set_config('advlock.idle_session_lock_timeout', '0', false) END" +
+  ` FROM ${BACKEND}`;
 const WAIT =
   "CALL @.advlock_wait_lock(CASE WHEN pg_catalog.pg_backend_pid() = CAST($1 AS int4)" +
   " THEN CAST($2 AS int8) END, CAST($3 AS int4), CAST($4 AS text))";
@@ -100,6 +114,44 @@ interface Conn {
   rows(sql: string, args: unknown[], signal?: AbortSignal): Promise<Row[]>;
   close(): Promise<void>;
   dead(): boolean;
+  /** Call `listener` once, with the first cause, when the connection dies (not when close()
+   * closes it): told by the driver's own events on its socket, no query involved. */
+  onDeath(listener: (cause: unknown) => void): void;
+}
+
+/** The death watch of a connection: the first cause is kept; listeners hear of it once. */
+class Death {
+  cause: unknown = undefined;
+  dead = false;
+  closing = false;
+  readonly #listeners: ((cause: unknown) => void)[] = [];
+
+  die(cause: unknown): void {
+    if (this.dead) return;
+    this.dead = true;
+    this.cause = cause;
+    if (this.closing) return;
+    for (const listener of this.#listeners.splice(0)) listener(cause);
+  }
+
+  on(listener: (cause: unknown) => void): void {
+    if (this.dead) {
+      if (!this.closing) queueMicrotask(() => listener(this.cause));
+      return;
+    }
+    this.#listeners.push(listener);
+  }
+
+  /** A statement's failure that is the connection's loss is its cause of death (a failure
+   * reported to a running statement is not emitted as an event). */
+  async watch<T>(run: Promise<T>): Promise<T> {
+    try {
+      return await run;
+    } catch (e) {
+      if (isConnectionLoss(e, false)) this.die(e);
+      throw e;
+    }
+  }
 }
 
 async function importDriver(driver: Driver | undefined): Promise<{ driver: Driver; module: unknown }> {
@@ -139,21 +191,23 @@ async function openPg(module: unknown, connectionString: string, applicationName
   const m = module as { default?: { Client: PgClientCtor }; Client?: PgClientCtor };
   const Client = (m.default?.Client ?? m.Client) as PgClientCtor;
   const client = new Client({ connectionString, ...(applicationName === undefined ? {} : { application_name: applicationName }) });
-  let dead = false;
-  client.on("error", () => {
-    dead = true; // reported by the next statement; an unhandled 'error' event would end the process
-  });
-  client.on("end", () => {
-    dead = true;
-  });
+  const death = new Death();
+  // An idle connection's end is emitted as events: first the server's FATAL, if it sent one (its
+  // reason: 57P01 for pg_terminate_backend, 57P05 for an idle timeout), then "Connection
+  // terminated unexpectedly", then 'end'. The first is kept. (An unhandled 'error' event would
+  // end the process.)
+  client.on("error", (e) => death.die(e));
+  client.on("end", () => death.die(Object.assign(new Error("the connection ended"), { code: "08006" })));
   await client.connect();
   return {
     protocolPid: client.processID,
-    rows: (sql, args, signal) => pgRun(client, sql, args, signal),
+    rows: (sql, args, signal) => death.watch(pgRun(client, sql, args, signal)),
     close: async () => {
+      death.closing = true;
       await client.end().catch(() => undefined);
     },
-    dead: () => dead,
+    dead: () => death.dead,
+    onDeath: (listener) => death.on(listener),
   };
 }
 
@@ -168,16 +222,15 @@ interface PjsReserved {
 
 async function openPostgres(module: unknown, connectionString: string, applicationName: string | undefined): Promise<Conn> {
   const postgres = (module as { default: (url: string, options: object) => PjsSql }).default;
-  let dead = false;
+  const death = new Death();
   const sql = postgres(connectionString, {
     max: 1,
     prepare: false, // no named prepared statements: a transaction-mode pooler would lose them
     max_lifetime: null, // postgres.js would otherwise close the connection after 30-60 minutes
     idle_timeout: null,
     onnotice: () => undefined,
-    onclose: () => {
-      dead = true;
-    },
+    // postgres.js drops a FATAL the server sends to an idle connection: only the close is known.
+    onclose: () => death.die(Object.assign(new Error("the connection closed (postgres.js does not report why)"), { code: "08006" })),
     ...(applicationName === undefined ? {} : { connection: { application_name: applicationName } }),
   });
   const reserved = await sql.reserve().catch(async (e: unknown) => {
@@ -190,20 +243,23 @@ async function openPostgres(module: unknown, connectionString: string, applicati
     rows: (text, args, signal) => {
       // postgres.js crashes the process (a write on a null socket) when a statement is sent on a
       // reserved connection that has closed: say so instead, as the connection loss it is.
-      if (dead) return Promise.reject(Object.assign(new Error("the session lock's connection is closed"), { code: "08006" }));
-      return pjsRun(reserved as never, text, args, signal);
+      if (death.dead) return Promise.reject(Object.assign(new Error("the session lock's connection is closed"), { code: "08006", cause: death.cause }));
+      return death.watch(pjsRun(reserved as never, text, args, signal));
     },
     close: async () => {
+      death.closing = true;
       reserved.release();
       await sql.end({ timeout: 5 }).catch(() => undefined);
     },
-    dead: () => dead,
+    dead: () => death.dead,
+    onDeath: (listener) => death.on(listener),
   };
 }
 
 function isConnectionLoss(e: unknown, dead: boolean): boolean {
   const state = sqlstate(e) ?? "";
-  return dead || state.startsWith("08") || ["57P01", "57P02", "57P03"].includes(state);
+  // 57P01-57P03: terminated, crash, shutdown; 57P05: an idle-session timeout ended it.
+  return dead || state.startsWith("08") || ["57P01", "57P02", "57P03", "57P05"].includes(state);
 }
 
 /** A session lock held on its own connection: what sessionLock() resolves to. */
@@ -212,9 +268,16 @@ export class SessionLock {
   token = 0n;
   /** The server backend holding the lock (pg_backend_pid(), not a pooler's pid). */
   pid = 0;
-  /** Why the lock was lost, once it was. */
+  /** Why the lock was lost, once it was (the connection's error, its reason kept). */
   lost: unknown = null;
   readonly key: bigint;
+  readonly #controller = new AbortController();
+  /** Aborted, with a LockLostError as its reason, once the lock is lost: at once when its
+   * connection dies (the driver's events on the socket, no polling: a pg_terminate_backend, a
+   * restart, an idle timeout), or when holding() or release() finds it gone. Hand it to the
+   * body's statements and fetches, as a lease's signal. */
+  readonly signal: AbortSignal = this.#controller.signal;
+  #lostError: LockLostError | null = null;
   #conn: Conn | null = null;
   #prefix = "";
   #nextLxid = 0n;
@@ -296,6 +359,26 @@ export class SessionLock {
       );
     }
     this.token = token;
+    conn.onDeath((cause) => this.#lose(cause));
+  }
+
+  /** Record the first reason the lock was lost and abort the signal with it. */
+  #lose(cause: unknown): void {
+    if (this.lost !== null) return;
+    this.lost = cause;
+    this.#controller.abort(this.#lockLostError());
+  }
+
+  #lockLostError(): LockLostError {
+    if (this.#lostError === null) {
+      const e = this.lost as { message?: unknown; code?: unknown } | null;
+      const code = typeof e?.code === "string" ? ` (SQLSTATE ${e.code})` : "";
+      this.#lostError = new LockLostError(
+        `the session lock on advlock_key('${this.ns}', '${this.id}') (token ${this.token}) was lost: ${String(e?.message ?? e)}${code}`,
+        { cause: this.lost },
+      );
+    }
+    return this.#lostError;
   }
 
   /**
@@ -348,7 +431,7 @@ export class SessionLock {
     const conn = this.#conn as Conn;
     const [r] = await conn.rows(
       qualify(TRY, this.#prefix),
-      [this.pid, this.#nextLxid.toString(), this.ns, this.id, waitMs, this.mode],
+      [this.pid, this.#nextLxid.toString(), this.ns, this.id, waitMs, this.mode, this.#pinned],
       signal,
     );
     this.#onOurs((r as Row)[0], (r as Row)[1]);
@@ -383,10 +466,10 @@ export class SessionLock {
     try {
       this.#onOurs((r as Row)[0], (r as Row)[1]);
     } catch (e) {
-      this.lost = e;
+      this.#lose(e);
       return;
     }
-    if (!toBool((r as Row)[2])) this.lost = new Error("advlock_unlock found the lock not held");
+    if (!toBool((r as Row)[2])) this.#lose(new Error("advlock_unlock found the lock not held"));
   }
 
   /** Whether this connection still holds the lock (advlock_holding). false, not an error, once
@@ -400,7 +483,7 @@ export class SessionLock {
       return toBool((r as Row)[2]);
     } catch (e) {
       if (e instanceof UnsafePoolerError || isConnectionLoss(e, conn.dead())) {
-        this.lost = e;
+        this.#lose(e); // a no-op when the death watch already recorded the first cause
         return false;
       }
       throw e;
@@ -421,20 +504,13 @@ export class SessionLock {
           if (this.lost === null) await this.#unpin();
         } catch (e) {
           if (!isConnectionLoss(e, conn.dead())) throw e;
-          this.lost = e;
+          this.#lose(e);
         }
       }
     } finally {
       await conn.close();
     }
-    if (this.lost !== null) {
-      throw new LockLostError(
-        `the session lock on advlock_key('${this.ns}', '${this.id}') (token ${this.token}) was lost: ${String(
-          (this.lost as { message?: unknown }).message ?? this.lost,
-        )}`,
-        { cause: this.lost },
-      );
-    }
+    if (this.lost !== null) throw this.#lockLostError();
   }
 
   /** `await using held = await sessionLock(...)` releases it at the end of the block. */
@@ -512,6 +588,8 @@ function parseSession(connectionString: unknown, ns: string, id: Id, options: Se
     );
   }
   const url = toUrl(connectionString);
+  const checkedNs = checkNs(ns);
+  const checkedId = idText(id); // first: options passed in the id's place say so
   const o = checkOptions(options, OPTIONS, "sessionLock");
   if (o["timeoutMs"] === undefined) throw new TypeError("timeoutMs is required: sessionLock(url, ns, id, { timeoutMs: 30000 })");
   const driver = o["driver"];
@@ -522,8 +600,8 @@ function parseSession(connectionString: unknown, ns: string, id: Id, options: Se
   if (app !== undefined && typeof app !== "string") throw new TypeError(`applicationName must be a string, got ${describe(app)}`);
   return {
     connectionString: url,
-    ns: checkNs(ns),
-    id: idText(id),
+    ns: checkedNs,
+    id: checkedId,
     timeoutMs: ms(o["timeoutMs"], "timeoutMs"),
     mode: modeOf(o["shared"]),
     schema: checkSchema(o["schema"]),
@@ -539,7 +617,8 @@ function parseSession(connectionString: unknown, ns: string, id: Id, options: Se
  * transaction block, from the try to the unlock. Waits at most `timeoutMs`, holding no snapshot
  * (CALL advlock_wait_lock; behind a pooler and in the SQL edition, inside the statement), then
  * LockTimeoutError naming the holder. `token` is a fencing token, `pid` the server backend,
- * `holding()` asks the server whether it is still held. */
+ * `holding()` asks the server whether it is still held, `signal` aborts when its connection dies.
+ * The lock's connection opts out of advlock.idle_session_lock_timeout, where the setting exists. */
 export async function sessionLock(connectionString: string, ns: string, id: Id, options: SessionLockOptions): Promise<SessionLock> {
   const a = parseSession(connectionString, ns, id, options);
   a.signal?.throwIfAborted();
@@ -558,7 +637,8 @@ export async function sessionLock(connectionString: string, ns: string, id: Id, 
 }
 
 /** Run `fn` holding a session lock (see sessionLock), then release it; LockLostError if the lock
- * was lost while `fn` ran (also when `fn` threw: the lost lock is the news). */
+ * was lost while `fn` ran (also when `fn` threw: the lost lock is the news). `held.signal` aborts
+ * as soon as the lock's connection dies: pass it on to the body's work. */
 export async function withSessionLock<T>(
   connectionString: string,
   ns: string,

@@ -197,8 +197,9 @@ export function withLock<D extends Db, T>(
   fn: (conn: ConnOf<D>) => Promise<T> | T,
 ): Promise<T> {
   try {
+    const [n, i] = [checkNs(ns), idText(id)]; // first: options passed in the id's place say so
     const p = parse(options, "withLock", true);
-    const args = [checkNs(ns), idText(id), p.timeoutMs, p.mode];
+    const args = [n, i, p.timeoutMs, p.mode];
     checkFn(fn, "the lock");
     return inTransaction(db, "withLock", LOCK_SQL, args, p, fn);
   } catch (e) {
@@ -235,8 +236,9 @@ export function withLockAll<D extends Db, T>(
  * (NotInTransactionError) outside a transaction block: pass a client after BEGIN, or the tx of
  * postgres.js `sql.begin`. */
 export async function tryLock(db: PgClientLike | PostgresJsLike, ns: string, id: Id = "", options: TryLockOptions = {}): Promise<boolean> {
+  const [n, i] = [checkNs(ns), idText(id)]; // first: options passed in the id's place say so
   const p = parse(options, "tryLock", false);
-  const args = [checkNs(ns), idText(id), p.timeoutMs, p.mode];
+  const args = [n, i, p.timeoutMs, p.mode];
   const kind = kindOf(db);
   const problem = xactProblem(db, kind);
   if (problem !== null) throw new NotInTransactionError(`advlock.tryLock() takes a transaction-scope lock, but ${problem}`);

@@ -316,3 +316,58 @@ test("S30 lease sources: a connection string, a client or a transaction is refus
   await c.end();
   await sql.end();
 });
+
+/** Hold `slots` leases on (ns, id) from `source` for `holdMs`, then release them. */
+async function holdFor(source: advlock.LeaseSource, id: string, slots: number, holdMs: number): Promise<void> {
+  const hold = (n: number): Promise<void> =>
+    advlock.lease(source, "report", id, { ttlMs: 10_000, timeoutMs: 0, slots }, async () => {
+      if (n > 1) await hold(n - 1);
+      else await sleep(holdMs);
+    });
+  await hold(slots);
+}
+
+test("S40 a lease (pg Pool) and a semaphore slot (postgres.js) granted after a wait longer than 2/3 of the TTL are kept while they renew", needsLeases, async () => {
+  const holders = pool(3, "s40-holder");
+  const pgPool = pool(2, "s40-waiter");
+  const sql = postgres(DSN, { max: 2 });
+  const TTL = 3000;
+  const waiter = async (source: advlock.LeaseSource, id: string, slots: number): Promise<{ waitedMs: number; renewals: number; ranMs: number }> => {
+    await sleep(200); // the holders first
+    const asked = performance.now();
+    let waitedMs = 0;
+    let ranMs = 0;
+    const renewals = await advlock.lease(source, "report", id, { ttlMs: TTL, timeoutMs: 10_000, slots }, async (l) => {
+      waitedMs = performance.now() - asked;
+      const started = performance.now();
+      while (performance.now() - started < 3 * TTL) {
+        l.check(); // never lost: every renewal returned true
+        await sleep(100);
+      }
+      ranMs = performance.now() - started;
+      assert.equal(l.lost, null);
+      assert.equal(l.signal.aborted, false);
+      return l.renewals;
+    });
+    return { waitedMs, renewals, ranMs };
+  };
+  try {
+    const [, , one, slot] = await Promise.all([
+      holdFor(holders, "s40", 1, 2700),
+      holdFor(holders, "s40-slots", 2, 2700),
+      waiter(pgPool, "s40", 1),
+      waiter(sql, "s40-slots", 2),
+    ]);
+    for (const r of [one, slot]) {
+      assert.ok(r.waitedMs > (2 * TTL) / 3, `granted after ${r.waitedMs} ms: more than 2/3 of the TTL`);
+      assert.ok(r.ranMs >= 3 * TTL, String(r.ranMs));
+      // Renewed every third of the 2 s renew deadline for 9 s: at least a dozen times.
+      assert.ok(r.renewals >= 12, `${r.renewals} renewals`);
+    }
+    await withAdmin(async (admin) => assert.deepEqual(await leaseRows(admin), []));
+  } finally {
+    await holders.end();
+    await pgPool.end();
+    await sql.end();
+  }
+});

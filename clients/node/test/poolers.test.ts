@@ -177,3 +177,70 @@ test("S17 S33 through a transaction-mode PgBouncer, transaction locks and leases
     await sql.end();
   }
 });
+
+test("S43 nothing prepared behind a transaction-mode PgBouncer 1.18: 100 rounds of withLock, tryLock and holders on one connection, fences, a leader, and leases' renewals, with each driver's defaults", async () => {
+  // One server connection behind the pooler: every statement of every client lands on it, so
+  // its pg_prepared_statements lists every named statement anyone created.
+  const bouncer = await pgbouncer("transaction", 1);
+  const client = new pg.Client({ connectionString: bouncer.dsn });
+  client.on("error", () => undefined);
+  const sql = postgres(bouncer.dsn, { max: 1 }); // its defaults: prepare: true, fetch_types: true
+  const named = async (): Promise<string[]> => {
+    const r = await client.query({ text: "SELECT name FROM pg_prepared_statements WHERE statement ILIKE '%advlock%' ORDER BY name", rowMode: "array" });
+    return r.rows.map((x) => String((x as unknown[])[0]));
+  };
+  try {
+    await client.connect();
+    // The check sees a named statement when there is one.
+    await client.query({ name: "s43_control", text: "SELECT 'advlock control'" });
+    assert.deepEqual(await named(), ["s43_control"]);
+    await client.query("DEALLOCATE s43_control");
+    for (let i = 0; i < 100; i++) {
+      await advlock.withLock(client, "account", i, { timeoutMs: 1000 }, () => undefined);
+      await client.query("BEGIN");
+      assert.equal(await advlock.tryLock(client, "account", i), true);
+      await client.query("COMMIT");
+      assert.deepEqual(await advlock.holders(client, "account", i), []);
+      await advlock.withLock(sql, "account", i, { timeoutMs: 1000 }, () => undefined);
+      assert.equal(await sql.begin((tx) => advlock.tryLock(tx, "account", i)), true);
+      assert.deepEqual(await advlock.holders(sql, "account", i), []);
+    }
+    // Fences pass in the write's transaction through the pooler too.
+    await client.query("BEGIN");
+    await advlock.fence(client, "s43", "fenced", 1n);
+    await client.query("COMMIT");
+    await sql.begin((tx) => advlock.fence(tx, "s43", "fenced", 2n));
+    await withAdmin((admin) => admin.query("SELECT advlock_fence_reset('s43', 'fenced')"));
+    if ((await serverKind()) === "preloaded") {
+      const pool = new pg.Pool({ connectionString: bouncer.dsn });
+      const pjs = postgres(bouncer.dsn);
+      try {
+        // A term of leadership, renewed and checked in a write's transaction, through the pooler.
+        await advlock.leader(pjs, "s43", "leader", { candidate: "s43", ttlMs: 600, timeoutMs: 1000 }, async (term) => {
+          await waitUntil(() => term.renewals >= 3 || term.signal.aborted, "three renewals of the term", 5000);
+          await pjs.begin((tx) => advlock.leaseCheck(tx, term.term));
+          term.check();
+        });
+        // A renewal every 150 ms (a third of the 450 ms renew deadline): 100 in about 15 s.
+        const renewals = await Promise.all(
+          ([pool, pjs] as const).map((src, n) =>
+            advlock.lease(src, "report", `s43-${n}`, { ttlMs: 3000, renewDeadlineMs: 450, timeoutMs: 1000 }, async (l) => {
+              await waitUntil(() => l.renewals >= 100 || l.signal.aborted, "100 renewals", 60_000);
+              l.check();
+              return l.renewals;
+            }),
+          ),
+        );
+        assert.ok(renewals.every((r) => r >= 100), String(renewals));
+      } finally {
+        await pool.end();
+        await pjs.end();
+      }
+    }
+    assert.deepEqual(await named(), []); // advlock's own statements created none
+  } finally {
+    await client.end().catch(() => undefined);
+    await sql.end();
+    await bouncer.stop();
+  }
+});

@@ -7,7 +7,7 @@ import pg from "pg";
 import postgres from "postgres";
 import * as advlock from "../src/index.js";
 import { toUrl } from "../src/session.js";
-import { DSN, advisoryLocks, backends, connect, nothingLeftAfterEach, serverKind, waitUntil, withAdmin } from "./helpers.js";
+import { DSN, advisoryLocks, backends, connect, nothingLeftAfterEach, serverKind, sleep, waitUntil, withAdmin } from "./helpers.js";
 
 nothingLeftAfterEach();
 const KEY = advlock.key("migrate").toString();
@@ -203,4 +203,115 @@ test("S20 a waiting session lock does not stall CREATE INDEX CONCURRENTLY (CALL 
     await got.release();
     await admin.query("DROP TABLE cic_target");
   });
+});
+
+for (const driver of DRIVERS) {
+  test(`S42 ${driver}: the lock connection terminated mid-body: the body's signal aborts within 2 s, leaving throws LockLostError with the cause`, async () => {
+    await withAdmin(async (admin) => {
+      let abortedAfter = -1;
+      let reason: unknown;
+      const err = await advlock
+        .withSessionLock(DSN, "migrate", "", { timeoutMs: 1000, driver }, async (held) => {
+          assert.equal(held.signal.aborted, false);
+          const aborted = new Promise<void>((resolve) => held.signal.addEventListener("abort", () => resolve(), { once: true }));
+          const killedAt = performance.now();
+          await admin.query("SELECT pg_terminate_backend($1)", [held.pid]);
+          await Promise.race([aborted, new Promise((r) => setTimeout(r, 5000))]);
+          if (held.signal.aborted) abortedAfter = performance.now() - killedAt;
+          reason = held.signal.reason;
+          assert.equal(await held.holding(), false);
+        })
+        .catch((e: unknown) => e);
+      assert.ok(abortedAfter >= 0 && abortedAfter < 2000, `the body's signal aborted ${abortedAfter} ms after the termination`);
+      assert.ok(reason instanceof advlock.LockLostError, String(reason));
+      assert.ok(err instanceof advlock.LockLostError, String(err));
+      assert.equal(err, reason); // the same news, with its cause
+      assert.match(err.message, /^the session lock on advlock_key\('migrate', ''\) \(token \d+\) was lost: /);
+      const cause = err.cause as { code?: string; message?: string };
+      if (driver === "pg") {
+        // node-postgres keeps the server's FATAL: the reason survives.
+        assert.equal(cause.code, "57P01");
+        assert.match(err.message, /terminating connection due to administrator command \(SQLSTATE 57P01\)/);
+      } else {
+        assert.equal(cause.code, "08006"); // postgres.js reports the close, not the server's reason
+      }
+      assert.deepEqual(await advisoryLocks(admin), []);
+    });
+  });
+}
+
+test("S41 idle-lock timeout 1 s server-wide: a session lock held 2.5 s stays; two pods running the README's migration pattern never overlap", async (t) => {
+  if ((await serverKind()) !== "preloaded") {
+    t.skip("advlock.idle_session_lock_timeout acts where advlock is loaded in every session: run on the preloaded instance");
+    return;
+  }
+  const setting = async (): Promise<string> => {
+    const c = await connect("setting-probe");
+    try {
+      return String(((await c.query({ text: "SHOW advlock.idle_session_lock_timeout", rowMode: "array" })).rows[0] as unknown[])[0]);
+    } finally {
+      await c.end();
+    }
+  };
+  await withAdmin(async (admin) => {
+    await admin.query("DROP TABLE IF EXISTS migration_runs");
+    await admin.query("CREATE TABLE migration_runs (pod text, started timestamptz, ended timestamptz)");
+    await admin.query("ALTER SYSTEM SET advlock.idle_session_lock_timeout = '1s'");
+    await admin.query("SELECT pg_reload_conf()");
+    try {
+      await waitUntil(async () => (await setting()) === "1s", "new sessions to have the 1 s timeout");
+      // The control: a plain connection idle with a session lock is terminated after 1 s.
+      const plain = await connect("plain-holder");
+      const plainErrors: { code?: string }[] = [];
+      plain.on("error", (e) => plainErrors.push(e as { code?: string }));
+      await plain.query("SELECT pg_advisory_lock(4242)");
+      await waitUntil(() => plainErrors.some((e) => e.code === "57P05"), "the plain holder to be terminated (57P05)", 5000);
+      await plain.end().catch(() => undefined);
+      // Two pods, the README's pattern: a session lock around the migration, which runs on
+      // another connection while the lock's connection sits idle for 2.5 s.
+      const pod = async (name: string, driver: "pg" | "postgres"): Promise<void> => {
+        const migration = await connect(`migration-${name}`);
+        try {
+          const held = await advlock.sessionLock(DSN, "migrate", "", { timeoutMs: 30_000, driver, applicationName: `lock-${name}` });
+          try {
+            await migration.query("INSERT INTO migration_runs VALUES ($1, clock_timestamp(), NULL)", [name]);
+            await sleep(2500);
+            assert.equal(held.signal.aborted, false, `${name}: the lock's connection was not terminated`);
+            assert.equal(await held.holding(), true);
+            await migration.query("UPDATE migration_runs SET ended = clock_timestamp() WHERE pod = $1", [name]);
+          } finally {
+            await held.release();
+          }
+        } finally {
+          await migration.end();
+        }
+      };
+      await Promise.all([pod("pod-a", "pg"), sleep(100).then(() => pod("pod-b", "postgres"))]);
+      const runs = await admin.query({ text: "SELECT pod, started, ended FROM migration_runs ORDER BY started", rowMode: "array" });
+      assert.equal(runs.rows.length, 2);
+      const [first, second] = runs.rows as [string, Date, Date][];
+      assert.ok(first && second && first[2] !== null && second[2] !== null, JSON.stringify(runs.rows));
+      assert.ok(first[2].getTime() <= second[1].getTime(), `overlap: ${first[0]} ended at ${first[2].toISOString()}, ${second[0]} started at ${second[1].toISOString()}`);
+    } finally {
+      await admin.query("ALTER SYSTEM RESET advlock.idle_session_lock_timeout");
+      await admin.query("SELECT pg_reload_conf()");
+      await waitUntil(async () => (await setting()) === "0", "the timeout to be off again");
+      await admin.query("DROP TABLE IF EXISTS migration_runs");
+    }
+  });
+});
+
+test("the id left out (options in its place) or the options left out: a TypeError naming the mistake, before any round trip", async () => {
+  const unreachable = "postgresql://postgres@127.0.0.1:1/nowhere";
+  const idLeftOut = (e: Error): boolean =>
+    e instanceof TypeError && /^id must be a string, an integer number or a bigint, got an object: the id comes before the options \(for the empty id pass ""/.test(e.message);
+  await assert.rejects(advlock.sessionLock(unreachable, "migrate", { timeoutMs: 1000 } as never, undefined as never), idLeftOut);
+  await assert.rejects(advlock.withSessionLock(unreachable, "migrate", { timeoutMs: 1000 } as never, (() => undefined) as never, (() => undefined) as never), idLeftOut);
+  const pool = new pg.Pool({ connectionString: unreachable });
+  await assert.rejects(advlock.withLock(pool, "migrate", { timeoutMs: 1000 } as never, (() => undefined) as never, (() => undefined) as never), idLeftOut);
+  await assert.rejects(advlock.lease(pool, "migrate", { ttlMs: 1000, timeoutMs: 0 } as never, (() => undefined) as never, (() => undefined) as never), idLeftOut);
+  await pool.end();
+  await assert.rejects(advlock.sessionLock(unreachable, "migrate", "", undefined as never), (e: Error) =>
+    e instanceof TypeError && e.message === "options must be an object ({ timeoutMs, shared, applicationName, schema, driver, signal }), got undefined",
+  );
 });

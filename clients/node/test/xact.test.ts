@@ -5,7 +5,7 @@ import { test } from "node:test";
 import pg from "pg";
 import postgres from "postgres";
 import * as advlock from "../src/index.js";
-import { DSN, type PgClient, advisoryLocks, backends, connect, nothingLeftAfterEach, sleep, waitUntil, waiting, withAdmin } from "./helpers.js";
+import { DSN, type PgClient, advisoryLocks, backends, connect, nothingLeftAfterEach, serverKind, sleep, waitUntil, waiting, withAdmin } from "./helpers.js";
 
 nothingLeftAfterEach();
 const KEY42 = advlock.key("account", 42).toString();
@@ -315,6 +315,55 @@ test("S33 node-postgres Pool: withLock checks out a client, opens the transactio
       await pool2.end();
     } finally {
       await pool.end();
+    }
+  });
+});
+
+test("S44 statement_timeout 300 ms shorter than the wait: withLock(timeoutMs 5000) on a busy key ends at ~0.3 s with the server's 57014 unchanged; nothing held or queued; lock_timeout as it was; a lease's renewals unaffected", async () => {
+  await withAdmin(async (admin) => {
+    const holder = await connect("s44-holder");
+    const waiter = new pg.Client({ connectionString: DSN, application_name: "s44-waiter", options: "-c statement_timeout=300 -c lock_timeout=7s" });
+    waiter.on("error", () => undefined);
+    const sql = postgres(DSN, { max: 1, connection: { statement_timeout: 300, lock_timeout: 7000, application_name: "s44-waiter-pjs" } });
+    const showLockTimeout = async (): Promise<unknown[]> => [
+      ((await waiter.query({ text: "SHOW lock_timeout", rowMode: "array" })).rows[0] as unknown[])[0],
+      ((await sql.unsafe("SHOW lock_timeout").values())[0] as unknown[])[0],
+    ];
+    try {
+      await waiter.connect();
+      await holder.query("BEGIN");
+      assert.equal(await advlock.tryLock(holder, "account", 44), true);
+      for (const db of [waiter, sql] as const) {
+        const started = performance.now();
+        const err = await advlock.withLock(db, "account", 44, { timeoutMs: 5000 }, () => assert.fail("must not get it")).catch((e: unknown) => e);
+        const took = performance.now() - started;
+        assert.ok(!(err instanceof advlock.AdvlockError), `passed through unchanged, got ${String(err)}`);
+        assert.equal((err as { code?: string }).code, "57014");
+        assert.match(String((err as Error).message), /canceling statement due to statement timeout/);
+        assert.ok(took >= 250 && took < 2000, `ended after ${took} ms`);
+        // Nothing held or queued but the holder's lock.
+        assert.deepEqual(await advisoryLocks(admin), [[holder.processID, true, "ExclusiveLock", advlock.key("account", 44).toString()]]);
+      }
+      assert.deepEqual(await showLockTimeout(), ["7s", "7s"]);
+      await holder.query("COMMIT");
+      if ((await serverKind()) === "preloaded") {
+        // Each renewal is a short statement: a statement_timeout below the TTL does not touch them.
+        const pool = new pg.Pool({ connectionString: DSN, max: 2, options: "-c statement_timeout=300" });
+        try {
+          const renewals = await advlock.lease(pool, "report", "s44", { ttlMs: 600, timeoutMs: 0 }, async (l) => {
+            await waitUntil(() => l.renewals >= 4 || l.signal.aborted, "four renewals", 5000);
+            l.check();
+            return l.renewals;
+          });
+          assert.ok(renewals >= 4);
+        } finally {
+          await pool.end();
+        }
+      }
+    } finally {
+      await holder.end();
+      await waiter.end();
+      await sql.end();
     }
   });
 });

@@ -5,6 +5,7 @@ rolls back with it; lease_check raises LeaseNotHeld (LK002) once the lease has e
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import asyncpg
@@ -32,12 +33,13 @@ def write(conn: psycopg.Connection[Any], token: int, body: str) -> None:
         conn.execute("UPDATE fenced_report SET body = %s WHERE id = 1", (body,))
 
 
-def test_a_stale_token_is_refused_and_its_write_rolls_back(fenced: None, admin: psycopg.Connection[Any]) -> None:
+def test_s39_a_stale_token_is_refused_and_its_write_rolls_back(fenced: None, admin: psycopg.Connection[Any]) -> None:
     with connect("writer") as conn:
         write(conn, 41, "by 41")
         write(conn, 42, "by 42")
         write(conn, 42, "by 42 again")  # the same token passes again (a retry)
-        with pytest.raises(advlock.FenceRefused, match="refused token 41: token 42 has passed it") as info:
+        named = re.escape(f"fence of key {advlock.key('report', 'daily')} = advlock_key('report', 'daily')")
+        with pytest.raises(advlock.FenceRefused, match=named + " refused token 41: token 42 has passed it") as info:
             write(conn, 41, "stale")
         assert info.value.token == 41 and info.value.passed == 42
     assert admin.execute("SELECT body FROM fenced_report").fetchone() == ("by 42 again",)
@@ -52,7 +54,7 @@ def test_fence_needs_a_transaction_and_checks_its_arguments(fenced: None) -> Non
                 advlock.fence(conn, "report", "daily", token=bad)  # type: ignore[arg-type]
 
 
-def test_async_fence_on_asyncpg(fenced: None, admin: psycopg.Connection[Any]) -> None:
+def test_s39_async_fence_on_asyncpg(fenced: None, admin: psycopg.Connection[Any]) -> None:
     async def main() -> None:
         conn = await asyncpg.connect(DSN)
         try:
@@ -71,7 +73,7 @@ def test_async_fence_on_asyncpg(fenced: None, admin: psycopg.Connection[Any]) ->
 
 
 @needs_leases()
-def test_lease_check_in_the_write_transaction(fenced: None, admin: psycopg.Connection[Any]) -> None:
+def test_s39_lease_check_passes_while_held_and_raises_after(fenced: None, admin: psycopg.Connection[Any]) -> None:
     import psycopg_pool
 
     with psycopg_pool.ConnectionPool(DSN, min_size=1, max_size=2, kwargs={"autocommit": True}) as pool:
@@ -84,5 +86,6 @@ def test_lease_check_in_the_write_transaction(fenced: None, admin: psycopg.Conne
         with pool.connection() as conn:
             with pytest.raises(advlock.LeaseNotHeld, match=f"lease {token} is not held"):
                 with conn.transaction():
-                    advlock.lease_check(conn, token)
+                    conn.execute("UPDATE fenced_report SET body = 'late' WHERE id = 1")
+                    advlock.lease_check(conn, token)  # ends the transaction: the write rolls back
     assert admin.execute("SELECT body FROM fenced_report").fetchone() == ("leased",)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -360,6 +361,86 @@ def test_s27_cancelled_wait_leaves_no_waiter_psycopg_pool(admin: psycopg.Connect
     asyncio.run(main())
 
 
+# ---- a lease granted after a long wait ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def held_elsewhere(ns: str, id: str, slots: int, release_after: float) -> Iterator[list[int]]:
+    """`slots` leases of (ns, id) taken at once by another session, the first released after
+    `release_after` seconds (by a thread), the others when the block ends. Yields the tokens."""
+    conn = connect("s40-holder", autocommit=True)
+    tokens = [
+        int(conn.execute("SELECT advlock_lease(%s, %s, 60000, 0, slots => %s)", (ns, id, slots)).fetchone()[0])  # type: ignore[index]
+        for _ in range(slots)
+    ]
+    released = threading.Event()
+
+    def release_first() -> None:
+        time.sleep(release_after)
+        with connect("s40-releaser", autocommit=True) as c:
+            c.execute("SELECT advlock_lease_release(%s)", (tokens[0],))
+        released.set()
+
+    threading.Thread(target=release_first, daemon=True).start()
+    try:
+        yield tokens
+    finally:
+        released.wait(release_after + 10)
+        for token in tokens[1:]:
+            conn.execute("SELECT advlock_lease_release(%s)", (token,))
+        conn.close()
+
+
+# The scenario's numbers: a TTL of 3 s (renew deadline 2 s), granted after 2.5 s, kept 3 TTLs.
+TTL, WAIT_BEFORE_GRANT, KEPT_FOR = 3.0, 2.5, 9.0
+
+
+@leases
+def test_s40_a_lease_granted_after_a_long_wait_is_kept(admin: psycopg.Connection[Any]) -> None:
+    """0.5.0 counted the renew deadline from when the wait began: granted at 2.5 s, the lease
+    was lost at once. Counted from the grant (the server's expires_at minus the TTL), it is
+    kept for as long as it renews."""
+    with pool(2, "s40-waiter") as p, held_elsewhere("report", "s40", 1, WAIT_BEFORE_GRANT):
+        started = time.monotonic()
+        with advlock.lease(p, "report", "s40", ttl=TTL, timeout=10.0) as lease:
+            waited = time.monotonic() - started
+            assert waited > TTL * 2 / 3, f"granted after {waited:.2f} s: longer than the renew deadline is the case"
+            until = time.monotonic() + KEPT_FOR
+            while time.monotonic() < until:
+                lease.check()  # LeaseLost here is the bug
+                time.sleep(0.05)
+            assert lease.lost is None
+            # A renewal every third of the renew deadline (2/3 s): every one of them returned true.
+            assert lease.renewals >= KEPT_FOR / (TTL * 2 / 9) - 3, lease.renewals
+            token = lease.token
+    assert row_of(admin, token) is None
+
+
+@leases
+def test_s40_a_semaphore_slot_granted_after_a_long_wait_is_kept(admin: psycopg.Connection[Any]) -> None:
+    """The same with slots=2 on asyncio: both slots held elsewhere, one freed after 2.5 s; the
+    waiter gets it and its body, cancelled if the slot were lost, runs three TTLs."""
+
+    async def main() -> tuple[int, int]:
+        p = await apool(2, "s40-waiter")
+        try:
+            started = time.monotonic()
+            async with advlock.lease(p, "reports", "s40", ttl=TTL, timeout=10.0, slots=2) as slot:
+                waited = time.monotonic() - started
+                assert waited > TTL * 2 / 3, f"granted after {waited:.2f} s"
+                await asyncio.sleep(KEPT_FOR)  # cancelled (then LeaseLost at exit) if the slot were lost
+                assert slot.lost is None
+                return slot.token, slot.renewals
+        finally:
+            await p.close()
+
+    with held_elsewhere("reports", "s40", 2, WAIT_BEFORE_GRANT) as tokens:
+        token, renewals = asyncio.run(main())
+        assert token > max(tokens)
+    assert renewals >= KEPT_FOR / (TTL * 2 / 9) - 3, renewals
+    assert row_of(admin, token) is None
+
+
 # ---- errors before any round trip, wrong sources, servers without leases --------------------
 
 BAD_LEASES = [
@@ -384,6 +465,26 @@ def test_s02_bad_arguments_before_any_round_trip(kwargs: dict[str, Any], error: 
     args = {"ns": "report", "id": "daily", **kwargs}
     with pytest.raises(error, match=rf"^{name}\b"):
         advlock.lease(p, **args)
+
+
+@pytest.mark.parametrize("bad", [0, -1, -0.5, float("nan")])
+def test_s02_a_ttl_not_positive_says_so_whatever_its_sign(bad: float) -> None:
+    """0 and -1 get one message ("must be positive"), not ">= 0" for one and "positive" for the other."""
+    p: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool("host=/nonexistent port=1", open=False)
+    with pytest.raises(ValueError, match=rf"^ttl must be a positive number of seconds, got {bad!r}$"):
+        advlock.lease(p, "report", ttl=bad, timeout=1)
+    with pytest.raises(ValueError, match=rf"^renew_deadline must be a positive number of seconds, got {bad!r}$"):
+        advlock.lease(p, "report", ttl=3, timeout=1, renew_deadline=bad)
+
+
+@leases
+def test_s26_a_holder_without_application_name_is_named_so(admin: psycopg.Connection[Any]) -> None:
+    with pool(1, "") as ph, pool(1, "waiter") as pw, advlock.lease(ph, "report", "daily", ttl=5.0, timeout=0):
+        with pytest.raises(advlock.LeaseTimeout, match=r"held by PID \d+ \(no application_name\)$") as info:
+            with advlock.lease(pw, "report", "daily", ttl=5.0, timeout=0.1):
+                raise AssertionError("must not get the lease")
+        assert "None" not in str(info.value)
+        assert not info.value.application_name
 
 
 def test_s30_wrong_sources_name_what_to_pass() -> None:

@@ -23,14 +23,22 @@ def test_readme_has_examples() -> None:
     assert len(re.findall(r"# -> ", "".join(BLOCKS))) >= 4
 
 
-# The lease examples need advlock preloaded: they run on run_tests.sh's preloaded instance.
+# The lease and election examples need advlock preloaded: they run on run_tests.sh's preloaded
+# instance.
+PRELOADED_ONLY = ("advlock.lease(", "advlock.leader(", "advlock.observe(")
 CASES = [
-    pytest.param(code, marks=needs_leases()) if "advlock.lease(" in code else pytest.param(code) for code in BLOCKS
+    pytest.param(code, marks=needs_leases()) if any(f in code for f in PRELOADED_ONLY) else pytest.param(code)
+    for code in BLOCKS
 ]
 
 
 def test_readme_has_lease_examples() -> None:
     assert sum("advlock.lease(" in code for code in BLOCKS) >= 2
+
+
+def test_readme_documents_election_and_fences() -> None:
+    for helper in ("advlock.leader(", "advlock.observe(", "advlock.fence(", "advlock.lease_check("):
+        assert any(helper in code for code in BLOCKS), helper
 
 
 @pytest.mark.parametrize("code", CASES, ids=[f"block{i + 1}" for i in range(len(BLOCKS))])

@@ -9,6 +9,7 @@
 module Advlock
 end
 
+require "io/wait"
 require "pg"
 require_relative "advlock/version"
 require_relative "advlock/errors"
@@ -18,3 +19,5 @@ require_relative "advlock/sql"
 require_relative "advlock/xact"
 require_relative "advlock/session"
 require_relative "advlock/lease"
+require_relative "advlock/election"
+require_relative "advlock/fence"

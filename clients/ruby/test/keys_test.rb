@@ -81,7 +81,7 @@ class KeysTest < AdvlockCase
     [{ timeout: -1 }, ArgumentError, "timeout"], [{ timeout: 1, id: true }, TypeError, "id"],
     [{ timeout: 1, ns: "" }, ArgumentError, "ns"], [{ timeout: 1, application_name: 7 }, TypeError, "application_name"],
     [{ timeout: 1, dsn: "host=/tmp port" }, ArgumentError, "dsn"],
-    [{ timeout: 1, dsn: 42 }, TypeError, "dsn"]
+    [{ timeout: 1, dsn: 42 }, TypeError, "dsn"], [{ timeout: 1, interrupt: 1 }, TypeError, "interrupt"]
   ].freeze
 
   def test_s02_s12_session_lock_bad_arguments_before_connecting
@@ -124,6 +124,8 @@ class KeysTest < AdvlockCase
         Advlock.lease(pool, args.delete(:ns), args.delete(:id), **args) { flunk "ran" }
       end
       assert_match(/\A#{name}\b/, e.message)
+      # 0 and a negative TTL alike: one message.
+      assert_match(/\Attl must be a positive number/, e.message) if kwargs[:ttl].is_a?(Integer) && name == "ttl"
     end
   ensure
     pool&.disconnect!

@@ -6,50 +6,6 @@ require_relative "test_helper"
 # several pooled backends, released at exit; lost leases flag or interrupt the block; the renew
 # deadline; fenced writes; timeouts, slots, interrupted waits; servers without leases.
 class LeaseTest < AdvlockCase
-  # The smallest pool with #with(timeout:) (the connection_pool gem's protocol).
-  class TinyPool
-    def initialize(size, app)
-      @all = Array.new(size) { PG.connect(AdvlockTest::DSN, application_name: app) }
-      @free = Queue.new
-      @all.each { |c| @free << c }
-    end
-
-    def with(timeout: 5)
-      conn = pop(timeout)
-      begin
-        yield conn
-      ensure
-        @free << conn
-      end
-    end
-
-    def pop(timeout)
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
-      loop do
-        return @free.pop(true)
-      rescue ThreadError
-        if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-          raise Timeout::Error,
-                "no connection within #{timeout} s"
-        end
-
-        sleep 0.005
-      end
-    end
-
-    def take
-      pop(5)
-    end
-
-    def give(conn)
-      @free << conn
-    end
-
-    def close
-      @all.each(&:close)
-    end
-  end
-
   def teardown
     ActiveRecord::Base.remove_connection
     super
@@ -164,7 +120,8 @@ class LeaseTest < AdvlockCase
     reached_end = false
     interrupted = nil
     started = now
-    e = assert_raises(Advlock::LeaseLost) do
+    # What interrupts the block is what leaving it raises: LeaseInterrupted, a LeaseLost.
+    e = assert_raises(Advlock::LeaseInterrupted) do
       Advlock.lease(pool, "report", "daily", ttl: 1.0, timeout: 1.0, interrupt: true) do
         release_all
         begin
@@ -179,9 +136,10 @@ class LeaseTest < AdvlockCase
     refute reached_end
     assert_operator now - started, :<, 5
     assert_kind_of Advlock::LeaseLost, interrupted
+    assert_kind_of Advlock::LeaseLost, e
     assert_match(/returned false/, e.message)
-    # A block that swallows the interruption still gets LeaseLost at exit.
-    assert_raises(Advlock::LeaseLost) do
+    # A block that swallows the interruption still gets it at exit.
+    assert_raises(Advlock::LeaseInterrupted) do
       Advlock.lease(pool, "report", "daily", ttl: 1.0, timeout: 1.0, interrupt: true) do
         release_all
         begin
@@ -308,6 +266,21 @@ class LeaseTest < AdvlockCase
     pw&.close
   end
 
+  def test_s26_a_holder_without_application_name_is_named_so
+    needs_leases!
+    ph = TinyPool.new(1, "")
+    pw = TinyPool.new(1, "waiter")
+    Advlock.lease(ph, "report", "daily", ttl: 5.0, timeout: 0) do
+      e = assert_raises(Advlock::LeaseTimeout) do
+        Advlock.lease(pw, "report", "daily", ttl: 5.0, timeout: 0) { flunk "must not get the lease" }
+      end
+      assert_match(/held by PID \d+ \(no application_name\)\z/, e.message)
+    end
+  ensure
+    ph&.close
+    pw&.close
+  end
+
   def test_s26_semaphore_slots
     needs_leases!
     pool = TinyPool.new(2, "lease-pool")
@@ -379,6 +352,59 @@ class LeaseTest < AdvlockCase
   ensure
     p1&.close
     p2&.close
+  end
+
+  # Holders take every slot of (ns, id) for `hold` seconds; a waiter asks lease(ttl: 3, timeout:
+  # 10) meanwhile and runs its body for three TTLs, checking as it goes. [seconds waited, the
+  # Lease, the errors its body or exit raised].
+  def long_wait_then_kept(ns, slots:, hold:)
+    holders = TinyPool.new(slots, "#{ns}-holder")
+    waiters = TinyPool.new(2, "#{ns}-waiter")
+    taken = Queue.new
+    holding = Array.new(slots) do
+      Thread.new do
+        Advlock.lease(holders, ns, "daily", ttl: 30, timeout: 0, slots: slots) do
+          taken << 1
+          sleep hold
+        end
+      end
+    end
+    slots.times { taken.pop }
+    asked = now
+    waited = nil
+    lease = nil
+    errors = []
+    begin
+      Advlock.lease(waiters, ns, "daily", ttl: 3, timeout: 10, slots: slots) do |l|
+        lease = l
+        waited = now - asked
+        until now - asked - waited > 9 # three TTLs
+          l.check!
+          sleep 0.05
+        end
+      end
+    rescue StandardError => e
+      errors << e
+    end
+    [waited, lease, errors]
+  ensure
+    holding&.each(&:join)
+    holders&.close
+    waiters&.close
+  end
+
+  def test_s40_lease_and_slot_granted_after_a_long_wait_are_kept
+    needs_leases!
+    results = [["s40-lease", 1], ["s40-slots", 2]].map do |ns, slots|
+      Thread.new { long_wait_then_kept(ns, slots: slots, hold: 2.5) }
+    end.map(&:value)
+    results.each do |waited, lease, errors|
+      assert_empty errors, errors.map(&:message).join("; ")
+      assert_operator waited, :>, 2.3 # granted after more than 2/3 of its TTL
+      assert_nil lease.lost
+      assert_operator lease.renewals, :>=, 9 # every renewal returned true (one false: lost)
+      assert_nil row_of(lease.token)
+    end
   end
 
   def test_s29_leases_unavailable_say_why

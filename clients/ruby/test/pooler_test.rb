@@ -102,6 +102,97 @@ class PoolerTest < AdvlockCase
     end
   end
 
+  # Named prepared statements on the server sessions behind the pooler, as seen through it: each
+  # query lands on whichever server session is free, so ask a few times.
+  def prepared_behind(dsn)
+    with_conn("s43-check", dsn: dsn) do |c|
+      Array.new(6) { c.exec("SELECT name FROM pg_prepared_statements").values.flatten }.flatten.uniq
+    end
+  end
+
+  def locks_on_one_connection(conn, calls)
+    calls.times { |i| conn.transaction { Advlock.lock(conn, "s43", i, timeout: 1) } }
+    conn.transaction do
+      assert Advlock.try_lock(conn, "s43", "try")
+      assert_equal [true], Advlock.holders(conn, "s43", "try").map(&:granted)
+    end
+  end
+
+  # A model of the application's own, for its queries ActiveRecord prepares.
+  class Account < ActiveRecord::Base
+    self.table_name = "s43_accounts_rb"
+  end
+
+  # ActiveRecord finds on one connection through `dsn` while another client keeps a server session
+  # busy every other time (so the pooler hands the finds different server sessions): the errors.
+  def finds_through(dsn, prepared_statements:)
+    ActiveRecord::Base.establish_connection("#{dsn}?pool=2&prepared_statements=#{prepared_statements}")
+    with_conn("s43-other", dsn: dsn) do |other|
+      Array.new(20) do |i|
+        busy = Thread.new { other.exec("SELECT pg_sleep(0.02)") } if i.odd?
+        Account.find(i + 1)
+        nil
+      rescue ActiveRecord::StatementInvalid => e
+        e.message.lines.first
+      ensure
+        busy&.join
+      end.compact
+    end
+  ensure
+    ActiveRecord::Base.remove_connection
+  end
+
+  # What the README says of the application's own driver settings behind PgBouncer < 1.21:
+  # ActiveRecord's default prepared_statements (true) makes its own model queries fail through a
+  # transaction-mode pooler; prepared_statements=false makes them pass. advlock's calls pass
+  # either way (test_s43_nothing_prepared_behind_a_transaction_pooler).
+  def test_s43_the_applications_own_prepared_statements_need_prepared_statements_false
+    admin.exec("DROP TABLE IF EXISTS s43_accounts_rb")
+    admin.exec("CREATE TABLE s43_accounts_rb AS SELECT g AS id FROM generate_series(1, 20) g")
+    admin.exec("ALTER TABLE s43_accounts_rb ADD PRIMARY KEY (id)")
+    through("transaction") do |dsn|
+      failed = finds_through(dsn, prepared_statements: true)
+      refute_empty failed, "ActiveRecord's prepared finds all passed through PgBouncer in transaction mode"
+      assert_match(/prepared statement "a\d+" does not exist/, failed.first)
+      assert_empty finds_through(dsn, prepared_statements: false)
+    end
+  ensure
+    admin.exec("DROP TABLE IF EXISTS s43_accounts_rb")
+  end
+
+  # advlock's own statements are unnamed (ruby-pg exec_params), so PgBouncer 1.18 in transaction
+  # mode (which cannot carry a named prepared statement from one transaction to the next) carries
+  # them with every driver default: 100 transactions on one PG::Connection, the same on
+  # ActiveRecord with its default prepared_statements (true: its own queries with binds would be
+  # prepared, advlock's never are), and a lease renewed 100 times on a pool through it.
+  def test_s43_nothing_prepared_behind_a_transaction_pooler
+    through("transaction") do |dsn|
+      with_conn("s43", dsn: dsn) { |conn| locks_on_one_connection(conn, 100) }
+      active_record!(dsn: dsn)
+      db = ActiveRecord::Base.connection
+      assert db.prepared_statements # ActiveRecord's default
+      100.times { |i| db.transaction { Advlock.with_lock("s43", i, timeout: 1) { nil } } }
+      db.transaction do
+        assert Advlock.try_lock(db, "s43", "try")
+        assert_equal 1, Advlock.holders(db, "s43", "try").size
+      end
+      assert_empty prepared_behind(dsn)
+      next unless server_kind == "preloaded"
+
+      # A lease on ActiveRecord's pool through it, its default prepared_statements still on.
+      lease = Advlock.lease(ActiveRecord::Base.connection_pool, "s43", "lease", ttl: 0.45, timeout: 1) do |l|
+        wait_until(30, "100 renewals") { l.check! || l.renewals >= 100 }
+        l
+      end
+      assert_nil lease.lost
+      assert_empty prepared_behind(dsn)
+    ensure
+      ActiveRecord::Base.remove_connection # while the pooler still runs
+    end
+  ensure
+    ActiveRecord::Base.remove_connection
+  end
+
   def test_s18_session_pooler_works_and_reports_the_server_backend
     through("session") do |dsn|
       seen = Advlock.session_lock(dsn, "migrate", timeout: 1.0) do |held|

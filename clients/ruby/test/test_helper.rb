@@ -99,6 +99,50 @@ module AdvlockTest
   end
 end
 
+# The smallest pool with #with(timeout:) (the connection_pool gem's protocol).
+class TinyPool
+  def initialize(size, app, dsn: AdvlockTest::DSN)
+    @all = Array.new(size) { PG.connect(dsn, application_name: app) }
+    @free = Queue.new
+    @all.each { |c| @free << c }
+  end
+
+  def with(timeout: 5)
+    conn = pop(timeout)
+    begin
+      yield conn
+    ensure
+      @free << conn
+    end
+  end
+
+  def pop(timeout)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    loop do
+      return @free.pop(true)
+    rescue ThreadError
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        raise Timeout::Error,
+              "no connection within #{timeout} s"
+      end
+
+      sleep 0.005
+    end
+  end
+
+  def take
+    pop(5)
+  end
+
+  def give(conn)
+    @free << conn
+  end
+
+  def close
+    @all.each(&:close)
+  end
+end
+
 # The base of every test: the admin connection, and the check that nothing is left behind.
 class AdvlockCase < Minitest::Test
   include AdvlockTest

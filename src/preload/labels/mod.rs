@@ -20,8 +20,9 @@
 //!
 //! A crashed backend makes the postmaster reinitialise all shared memory, so the table starts
 //! empty again. Readers still never trust an entry alone: `advlock_labels()` skips entries
-//! whose backend is gone, and `advlock_holders` only shows a label next to a granted
-//! `pg_locks` row of the same pid, key and mode, so a stale entry can never show as held.
+//! whose backend is gone, and `advlock_holders` only shows a label next to a granted lock of
+//! the same pid, key and mode in the lock table (`advlock_holder_entries` reads both from one
+//! snapshot), so a stale entry can never show as held.
 mod holds;
 mod table;
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, NoReturn, Protocol, TypeAlias, overload
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias, overload
 
 from ._drivers import SCHEMA, AsyncAdapter, SyncAdapter, adapt, call_sql, check_schema
 from ._errors import Error, FenceRefused, LeaseNotHeld, NotInTransaction, as_lock_timeout, find_sqlstate, server_text
@@ -52,6 +52,14 @@ def timeout_ms(timeout: object, name: str = "timeout") -> int:
     if ms > _INT4_MAX:
         raise ValueError(f"{name} must be at most {_INT4_MAX / 1000:.0f} seconds, got {timeout!r}")
     return ms
+
+
+def positive_ms(seconds: object, name: str) -> int:
+    """A duration that must be more than 0 (a TTL, a wait's bound), in ms: one message for 0
+    and for a negative number alike."""
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and not seconds > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {seconds!r}")
+    return timeout_ms(seconds, name)
 
 
 def mode_of(shared: object) -> str:
@@ -327,10 +335,19 @@ class LockEntry:
     held_since: datetime | None  # preloaded mode only
 
 
+# blocked_by (int4[]) is read as text: asyncpg looks an array type up in the catalog at its first
+# use on a connection, with statements of its own between ours, which a transaction-mode pooler
+# may send to another server connection (and asyncpg prepares them by name).
 _HOLDERS_SQL = (
     "SELECT key, mode, granted, pid, application_name, backend_state, idle_for, is_idle_holder,"
-    " waiting_since, blocked_by, label, scope, held_since FROM @.advlock_holders"
+    " waiting_since, pg_catalog.array_to_string(blocked_by, ','), label, scope, held_since FROM @.advlock_holders"
 )
+
+
+def _entry(row: tuple[Any, ...]) -> LockEntry:
+    key, mode, granted, pid, app, state, idle_for, idle_holder, waiting, blocked_by, label, scope, since = row
+    pids = None if blocked_by is None else [int(p) for p in str(blocked_by).split(",") if p]
+    return LockEntry(key, mode, granted, pid, app, state, idle_for, idle_holder, waiting, pids, label, scope, since)
 
 
 @overload
@@ -353,10 +370,10 @@ def holders(
     sql += " ORDER BY NOT granted, key, pid"
     adapter = adapt(conn, check_schema(schema))
     if isinstance(adapter, SyncAdapter):
-        return [LockEntry(*row) for row in adapter.query(sql, args)]
+        return [_entry(row) for row in adapter.query(sql, args)]
 
     async def run(a: AsyncAdapter) -> list[LockEntry]:
-        return [LockEntry(*row) for row in await a.query(sql, args)]
+        return [_entry(row) for row in await a.query(sql, args)]
 
     return run(adapter)
 

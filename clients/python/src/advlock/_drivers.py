@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ._errors import NotInstalled
@@ -177,8 +177,10 @@ class _PsycopgSync(SyncAdapter):
         from psycopg.rows import tuple_row
 
         # An explicit row factory: the caller's (dict_row, ...) must not change what we read.
+        # prepare=False: psycopg prepares a statement run 5 times on a connection, by name, which
+        # a transaction-mode pooler (PgBouncer before 1.21) loses or hands to another client.
         with self.conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(sql.format(*["%s"] * len(args)), list(args))
+            cur.execute(sql.format(*["%s"] * len(args)), list(args), prepare=False)
             return list(cur.fetchall())
 
     def xact_problem(self) -> str | None:
@@ -199,7 +201,7 @@ class _PsycopgAsync(AsyncAdapter):
         # On asyncio cancellation psycopg sends a cancel request and waits for the server to
         # end the statement, so a cancelled wait leaves no waiter behind (tested).
         async with self.conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(sql.format(*["%s"] * len(args)), list(args))
+            await cur.execute(sql.format(*["%s"] * len(args)), list(args), prepare=False)
             return list(await cur.fetchall())
 
     async def xact_problem(self) -> str | None:
@@ -219,8 +221,15 @@ class _Asyncpg(AsyncAdapter):
         # When the awaiting task is cancelled, asyncpg sends the server a cancel request and
         # makes the connection's next command (the enclosing transaction's ROLLBACK) wait for
         # it: the wait ends on the server, and the rollback drops anything granted meanwhile.
+        #
+        # The unnamed statement (name=""), never asyncpg's statement cache: the cache prepares
+        # every query by name (statement_cache_size, default 100), which a transaction-mode
+        # pooler (PgBouncer before 1.21) loses when the next transaction runs on another server
+        # connection. asyncpg sends the unnamed statement's Parse and its Bind/Execute without a
+        # Sync between them, so a pooler keeps them on one server connection.
         placeholders = [f"${i}" for i in range(1, len(args) + 1)]
-        return [tuple(r) for r in await self.conn.fetch(sql.format(*placeholders), *args)]
+        statement = await self.conn.prepare(sql.format(*placeholders), name="")
+        return [tuple(r) for r in await statement.fetch(*args)]
 
     async def xact_problem(self) -> str | None:
         if self.conn.is_in_transaction():
@@ -248,6 +257,23 @@ def _sa_autocommit(connection: Any, raw: Any) -> bool:
     return bool(option == "AUTOCOMMIT" or getattr(raw.dbapi_connection, "autocommit", False))
 
 
+@contextlib.contextmanager
+def _unprepared(driver_connection: object) -> Iterator[None]:
+    """psycopg prepares a statement by name from its fifth run on a connection
+    (prepare_threshold), and SQLAlchemy passes no prepare=False: advlock's statements run with
+    it off, then it is put back (the application's own statements keep its setting)."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(driver_connection, (psycopg.Connection, psycopg.AsyncConnection)):
+        yield
+        return
+    saved = driver_connection.prepare_threshold
+    driver_connection.prepare_threshold = None
+    try:
+        yield
+    finally:
+        driver_connection.prepare_threshold = saved
+
+
 class _SASync(SyncAdapter):
     def __init__(self, conn: Any, is_session: bool, schema: str | None) -> None:
         self.conn = conn
@@ -260,7 +286,8 @@ class _SASync(SyncAdapter):
 
     def execute(self, sql: str, args: Sequence[object]) -> list[Row]:
         stmt, params = _sa_bind(sql, args)
-        return [tuple(r) for r in self.conn.execute(stmt, params).all()]
+        with _unprepared(self.raw()):
+            return [tuple(r) for r in self.conn.execute(stmt, params).all()]
 
     def xact_problem(self) -> str | None:
         # SQLAlchemy 2.0 begins a transaction on first execute, so only AUTOCOMMIT is a problem.
@@ -280,7 +307,8 @@ class _SAAsync(AsyncAdapter):
 
     async def execute(self, sql: str, args: Sequence[object]) -> list[Row]:
         stmt, params = _sa_bind(sql, args)
-        result = await self.conn.execute(stmt, params)
+        with _unprepared(await self.raw()):
+            result = await self.conn.execute(stmt, params)
         return [tuple(r) for r in result.all()]
 
     async def xact_problem(self) -> str | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ._api import timeout_ms
+from ._api import positive_ms
 from ._drivers import SCHEMA, check_schema
 from ._key import check_ns, id_text, key
 from ._lease import Lease, LeaseSource, _AsyncRunner, _runner, _unavailable
@@ -129,9 +129,7 @@ async def observe(
     connection outside a transaction; then it waits again. Stop by leaving the loop."""
     k_ns, k_id = check_ns(ns), id_text(id)
     k = key(k_ns, k_id)
-    wait_ms = timeout_ms(wait, "wait")
-    if wait_ms == 0:
-        raise ValueError("wait must be a positive number of seconds (each wait's bound)")
+    wait_ms = positive_ms(wait, "wait")
     if known_term is not None and (isinstance(known_term, bool) or not isinstance(known_term, int)):
         raise TypeError(f"known_term must be an int (a term) or None, got {type(known_term).__name__}")
     runner = _runner(source, check_schema(schema))

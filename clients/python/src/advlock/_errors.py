@@ -104,6 +104,13 @@ class Holder:
     state: str | None
 
 
+def holder_text(pid: object, application_name: object, state: object = None) -> str:
+    """How a message names a holder: "PID 365 (application_name 'worker', state 'idle')", with
+    "no application_name" when it has none (NULL or empty), never "application_name None"."""
+    app = f"application_name {application_name!r}" if application_name else "no application_name"
+    return f"PID {pid} ({app}" + (f", state {state!r})" if state is not None else ")")
+
+
 # The DETAIL is built with format('PID %s (application_name %s, state %s)', pid,
 # quote_literal(app), quote_literal(state)); quote_literal gives '' for a quote, an E'' string
 # when a backslash is present, and NULL (printed as nothing) for NULL.

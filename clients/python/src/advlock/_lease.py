@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeAlias, TypeVar
 
-from ._api import AsyncConnection, SyncConnection, timeout_ms
+from ._api import AsyncConnection, SyncConnection, positive_ms, timeout_ms
 from ._drivers import AsyncAdapter, Row, SyncAdapter, adapt, check_schema
-from ._errors import Holder, LeaseLost, LeasesUnavailable, LeaseTimeout, NotPreloaded, chain
+from ._errors import Holder, LeaseLost, LeasesUnavailable, LeaseTimeout, NotPreloaded, chain, holder_text
 from ._key import check_ns, id_text, key
 
 _INT4_MAX = 2**31 - 1
@@ -35,6 +35,13 @@ _ACQUIRE = (
 _WAIT = "CALL @.advlock_wait_lease(CAST({} AS int8), CAST({} AS int4), CAST({} AS int4), CAST({} AS int4))"
 _RENEW = "SELECT @.advlock_lease_renew(CAST({} AS int8), CAST({} AS int4))"
 _RELEASE = "SELECT @.advlock_lease_release(CAST({} AS int8))"
+# How long ago, by the server's clock, the TTL of a lease granted after a wait started: the seconds
+# since its expires_at (negative while it runs) plus the TTL (advlock_leases shows the expiry of
+# leases held; none when it has already ended).
+_SINCE_EXPIRY = (
+    "SELECT CAST(extract(epoch FROM pg_catalog.clock_timestamp() - expires_at) AS float8) FROM @.advlock_leases"
+    " WHERE lease = CAST({} AS int8) AND granted"
+)
 # Who held the key when the wait ran out (advlock_lease returns NULL, not an error with a DETAIL).
 _WHO = "SELECT pid, application_name FROM @.advlock_leases WHERE key = CAST({} AS int8) AND granted ORDER BY lease"
 
@@ -285,10 +292,12 @@ class Lease:
     lost or the renew deadline has passed. `renewals` counts the successful renewals.
 
     The renew deadline (`renew_deadline` seconds after the last successful renewal was sent,
-    default two thirds of the TTL, as Kubernetes' leader election) comes before the TTL runs
-    out on the server, because the server counts the TTL from when it granted or renewed, which
-    is after the client sent the statement: stopping at the deadline leaves the margin for the
-    body's cancellation to land before anyone else can be granted the key.
+    or after the grant, default two thirds of the TTL, as Kubernetes' leader election) comes
+    before the TTL runs out on the server, because the server counts the TTL from when it
+    granted or renewed, which is after the client sent the statement: stopping at the deadline
+    leaves the margin for the body's cancellation to land before anyone else can be granted the
+    key. A lease granted after a wait counts from its grant, read from the server's clock
+    (advlock_leases.expires_at minus the TTL), however long the wait was.
 
     On one psycopg connection (rather than a pool) the renewals share it with the body: psycopg
     runs them one at a time, inside the body's transaction if one is open (an aborted
@@ -314,16 +323,14 @@ class Lease:
         self.ns = check_ns(ns)
         self.id = id_text(id)
         self.key = key(ns, id)
-        self.ttl_ms = timeout_ms(ttl, "ttl")
-        if self.ttl_ms == 0:
-            raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        self.ttl_ms = positive_ms(ttl, "ttl")
         self.timeout_ms = timeout_ms(timeout)
         self.slots = _slots(slots)
         if renew_deadline is None:
             self.renew_deadline_ms = self.ttl_ms * 2 // 3
         else:
-            self.renew_deadline_ms = timeout_ms(renew_deadline, "renew_deadline")
-            if not 0 < self.renew_deadline_ms < self.ttl_ms:
+            self.renew_deadline_ms = positive_ms(renew_deadline, "renew_deadline")
+            if not self.renew_deadline_ms < self.ttl_ms:
                 raise ValueError(
                     f"renew_deadline must be more than 0 and less than ttl ({ttl!r} s): the body must stop before the "
                     f"server ends the lease, got {renew_deadline!r}"
@@ -370,7 +377,7 @@ class Lease:
         return LeaseLost(f"the {self._what} on {self._label()} (token {self.token}) was lost: {self.lost}")
 
     def _timeout(self, rows: list[Row]) -> LeaseTimeout:
-        held_by = "; ".join(f"PID {r[0]} (application_name {r[1]!r})" for r in rows)
+        held_by = "; ".join(holder_text(r[0], r[1]) for r in rows)
         e = LeaseTimeout(
             f"could not obtain a {self._what} on key {self.key} = {self._label()} within {self.timeout_ms} ms"
             + (f" ({self.slots} slots)" if self.slots > 1 else "")
@@ -397,9 +404,26 @@ class Lease:
             )
             return False
         self.renewals += 1
-        self._deadline = sent_at + self.renew_deadline_ms / 1000
+        self._ttl_started(sent_at)
         self._last_error = None
         return True
+
+    def _ttl_started(self, at: float) -> None:
+        """The one place the renew deadline is set: `at` (time.monotonic()) is no later than the
+        moment the server started the lease's TTL, at its grant or at a renewal."""
+        self._deadline = at + self.renew_deadline_ms / 1000
+
+    def _granted_after_wait(self, asked_at: float, rows: list[Row]) -> None:
+        """Start the deadline of a lease granted after a wait from its grant, by the server's
+        clock, never from when the wait began (a waiter granted after more than the renew
+        deadline would be lost at once). `rows`: _SINCE_EXPIRY's answer to a query sent at
+        `asked_at`, whose clock_timestamp() is no earlier than that."""
+        if not rows or rows[0][0] is None:
+            self._mark_lost(RuntimeError("the lease had already ended when its grant was read (released or expired)"))
+            self._ttl_started(asked_at - self.renew_deadline_ms / 1000)
+            return
+        ttl_running_for = float(rows[0][0]) + self.ttl_ms / 1000
+        self._ttl_started(asked_at - max(0.0, ttl_running_for))
 
     def _past_deadline(self) -> bool:
         if time.monotonic() < self._deadline:
@@ -430,10 +454,11 @@ class Lease:
             raise TypeError("advlock.lease() on a blocking source: use `with`, not `async with`")
         runner = self._runner
         sent_at = time.monotonic()
+        waited = False
         try:
             token = self._granted(await runner.query(self._acquire_sql, self._acquire_args(0)))
             if token is None and self.timeout_ms > 0:
-                sent_at = time.monotonic()
+                waited = True
                 called = await runner.call(self._wait_sql, self._wait_args())
                 if called is None:  # no connection outside a transaction: wait in the statement
                     called = await runner.query(self._acquire_sql, self._acquire_args(self.timeout_ms))
@@ -446,7 +471,16 @@ class Lease:
                 raise
             raise unavailable from e
         self.token = token
-        self._deadline = sent_at + self.renew_deadline_ms / 1000
+        if not waited:
+            self._ttl_started(sent_at)  # granted by the statement sent then
+        else:
+            asked_at = time.monotonic()
+            try:
+                self._granted_after_wait(asked_at, await runner.query(_SINCE_EXPIRY, [token]))
+            except BaseException:
+                with contextlib.suppress(Exception):  # not left to run out while nobody renews it
+                    await asyncio.shield(runner.query(self._release_sql, [token]))
+                raise
         self._body = asyncio.current_task()
         self._renewer = asyncio.create_task(self._renew_async(runner), name=f"advlock lease {self.token} renewals")
         return self
@@ -502,10 +536,11 @@ class Lease:
             raise TypeError("advlock.lease() on an asyncio source: use `async with`")
         runner = self._runner
         sent_at = time.monotonic()
+        waited = False
         try:
             token = self._granted(runner.query(self._acquire_sql, self._acquire_args(0)))
             if token is None and self.timeout_ms > 0:
-                sent_at = time.monotonic()
+                waited = True
                 called = runner.call(self._wait_sql, self._wait_args())
                 if called is None:  # no connection outside a transaction: wait in the statement
                     called = runner.query(self._acquire_sql, self._acquire_args(self.timeout_ms))
@@ -518,7 +553,16 @@ class Lease:
                 raise
             raise unavailable from e
         self.token = token
-        self._deadline = sent_at + self.renew_deadline_ms / 1000
+        if not waited:
+            self._ttl_started(sent_at)  # granted by the statement sent then
+        else:
+            asked_at = time.monotonic()
+            try:
+                self._granted_after_wait(asked_at, runner.query(_SINCE_EXPIRY, [token]))
+            except BaseException:
+                with contextlib.suppress(Exception):  # not left to run out while nobody renews it
+                    runner.query(self._release_sql, [token])
+                raise
         self._thread = threading.Thread(
             target=self._renew_thread, args=(runner,), name=f"advlock lease {self.token} renewals", daemon=True
         )
@@ -576,7 +620,7 @@ def lease(
     holders), renewed in the background on any connection of `source` (a pool, an engine, or
     one psycopg connection), released on exit whatever happens. The body stops (asyncio: it is
     cancelled; blocking: `lost` is set and `check()` raises) at the renew deadline,
-    `renew_deadline` seconds (default 2/3 of ttl) after the last renewal was sent, before the
+    `renew_deadline` seconds (default 2/3 of ttl) after the grant or the last renewal, before the
     server's TTL runs out. `slots=N` lets N leases hold the key at once. Needs advlock in
     shared_preload_libraries (NotPreloaded otherwise)."""
     return Lease(source, ns, id, ttl, timeout, slots, renew_deadline, schema)

@@ -33,6 +33,8 @@ the wait runs inside the statement.
 from __future__ import annotations
 
 import asyncio
+import selectors
+import socket
 import threading
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeAlias
@@ -40,7 +42,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 from ._api import mode_of, timeout_ms
 from ._drivers import LOOKUP_SQL, SCHEMA, check_schema, qualify, schema_prefix
 from ._dsn import normalize
-from ._errors import Holder, LockLost, LockTimeout, UnsafePooler
+from ._errors import Holder, LockLost, LockTimeout, UnsafePooler, holder_text
 from ._key import check_ns, id_text, key
 
 Row = tuple[Any, ...]
@@ -66,12 +68,24 @@ _CALL_LXIDS = 2
 # the edition's; or the schema= given), whether it has the snapshot-free wait, and whether this
 # backend already holds an advisory lock (a new session never does, unless a pooler shares it).
 _SCHEMA_EXPR = "(" + LOOKUP_SQL.replace(", pg_catalog.current_database()", "") + ")"
+#
+# It also opts this connection out of advlock.idle_session_lock_timeout: the lock sits on it,
+# idle, on purpose, while the body works elsewhere, exactly what the setting terminates. Only
+# where the setting exists (the advlock library loaded in this backend, or a value set for it in
+# postgresql.conf, ALTER ROLE/DATABASE: then it is a placeholder the library takes on when it
+# loads), so nothing is set on a server without advlock, and only on a direct connection (the
+# backend is the one the protocol announced): behind a pooler a session-level setting would stay
+# on a server session other clients get, and the lock lives in a transaction block there, which
+# the timeout never touches.
 _HELLO = (
     "WITH s AS (SELECT {} AS nspname)"
     " SELECT b.pid, b.lxid, s.nspname, pg_catalog.current_database(),"
     " EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
     " WHERE n.nspname = s.nspname AND p.proname = 'advlock_wait_lock' AND p.prokind = 'p'),"
-    " EXISTS (SELECT FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.pid = b.pid)"
+    " EXISTS (SELECT FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.pid = b.pid),"
+    " CASE WHEN b.pid = CAST({} AS int4)"
+    " AND pg_catalog.current_setting('advlock.idle_session_lock_timeout', true) IS NOT NULL"
+    " THEN pg_catalog.set_config('advlock.idle_session_lock_timeout', '0', false) END"
     " FROM s, " + _BACKEND
 )
 _PID = "SELECT pg_catalog.pg_backend_pid()"
@@ -150,7 +164,7 @@ def _probe_pid(dsn: str, driver: str, kwargs: dict[str, Any]) -> int | None:
                 import psycopg
 
                 with psycopg.connect(dsn, **kwargs) as conn:
-                    row = conn.execute(_PID).fetchone()
+                    row = conn.execute(_PID, prepare=False).fetchone()
                     answer.append(int(row[0]) if row else None)
         except Exception as e:
             answer.append(e)
@@ -204,15 +218,15 @@ class _Base:
 
     # ---- statements and what their answers mean ----
 
-    def _hello(self) -> tuple[str, list[object]]:
+    def _hello(self, protocol_pid: int) -> tuple[str, list[object]]:
         if self.schema is None:
-            return _HELLO.format(_SCHEMA_EXPR), []
-        return _HELLO.format("CAST({} AS text)"), [self.schema]
+            return _HELLO.format(_SCHEMA_EXPR, "{}"), [protocol_pid]
+        return _HELLO.format("CAST({} AS text)", "{}"), [self.schema, protocol_pid]
 
     def _greeted(self, row: Row, protocol_pid: int) -> bool:
         """Take in the hello row; True when a pooler stands between us and the server (its
         BackendKeyData pid is not the backend's), so the probe must look further."""
-        pid, lxid, schema, database, has_wait, holds_advisory = row
+        pid, lxid, schema, database, has_wait, holds_advisory, _opted_out = row
         self._prefix = schema_prefix((schema, database))
         self._snapshot_free_wait = bool(has_wait)
         self.pid = int(pid)
@@ -317,13 +331,21 @@ class _Base:
         return self._sql(_WHO), [self.key]
 
     def _timeout(self, rows: list[Row]) -> LockTimeout:
-        held_by = "; ".join(f"PID {r[0]} (application_name {r[1]!r}, state {r[2]!r})" for r in rows)
+        held_by = "; ".join(holder_text(r[0], r[1], r[2]) for r in rows)
         e = LockTimeout(
             f"could not obtain {self.mode} session lock on key {self.key} = advlock_key('{self.ns}', '{self.id}')"
             f" within {self.timeout_ms} ms" + (f": held by {held_by}" if held_by else "")
         )
         e.holders = tuple(Holder(int(r[0]), r[1], r[2]) for r in rows)
         return e
+
+    def check(self) -> None:
+        """Raise LockLost if the lock is known to be lost (no round trip): its connection died,
+        which the watchdog notices within moments (the server closing it: a terminated backend,
+        a restart, the idle-lock timeout), or holding() found it gone. Call it before a write
+        that must not run without the lock (and fence the write with `token` anyway)."""
+        if self.lost is not None:
+            raise self._lost()
 
     def _lost(self) -> LockLost:
         return LockLost(
@@ -343,20 +365,24 @@ class _Base:
 
 
 class HeldLock(_Base):
-    """A session lock on its own blocking (psycopg) connection: `with session_lock(...) as held`."""
+    """A session lock on its own blocking (psycopg) connection: `with session_lock(...) as held`.
+    Nothing can interrupt a blocking body: when the connection dies, `lost` is set and `check()`
+    raises LockLost; call it between steps."""
 
     def __enter__(self) -> HeldLock:
         import psycopg
 
+        self._using = threading.RLock()
         self._conn = psycopg.connect(self.dsn, **self._connect_kwargs())
         try:
-            if self._greeted(self._row(*self._hello()), self._conn.info.backend_pid):
+            if self._greeted(self._row(*self._hello(self._conn.info.backend_pid)), self._conn.info.backend_pid):
                 self._probed(_probe_pid(self.dsn, self.driver, self._connect_kwargs()))
                 self._pin(self._conn.info.backend_pid)
             self._acquire()
         except BaseException:
             self._conn.close()
             raise
+        self._watch()
         return self
 
     def _acquire(self) -> None:
@@ -384,22 +410,71 @@ class HeldLock(_Base):
 
     def _pin(self, protocol_pid: int) -> None:
         try:
-            self._conn.execute(_PIN)
+            self._conn.execute(_PIN, prepare=False)
         except Exception as e:
             raise self._pinning(e) from e
         self._pinned = True
-        self._greeted(self._row(*self._hello()), protocol_pid)
+        self._greeted(self._row(*self._hello(protocol_pid)), protocol_pid)
 
     def _unpin(self) -> None:
         if self._pinned and not self._dead():
-            self._conn.execute(_UNPIN)
+            self._conn.execute(_UNPIN, prepare=False)
 
     def _rows(self, sql: str, args: list[object]) -> list[Row]:
         from psycopg.rows import tuple_row
 
-        with self._conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(sql.format(*["%s"] * len(args)), args)
+        with self._using, self._conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(sql.format(*["%s"] * len(args)), args, prepare=False)
             return list(cur.fetchall())
+
+    # ---- the watchdog: the body learns that the connection died, without a query per second ----
+
+    _using: Any  # a threading.RLock: one statement (and the reading of its answer) at a time
+    _watchdog: threading.Thread | None = None
+
+    def _watch(self) -> None:
+        """Start the thread that waits for the connection's socket to become readable while
+        no statement of ours is running: the server sent something unasked, which on an idle
+        connection means it is closing it (a FATAL, then EOF). holding() then reads it, and the
+        loss is recorded (`lost`, `check()` raises): within moments of the server closing it."""
+        # A socket pair to stop it (selectable everywhere, unlike a pipe on Windows).
+        self._stop_r, self._stop_w = socket.socketpair()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._conn.fileno(), selectors.EVENT_READ, "connection")
+        self._selector.register(self._stop_r, selectors.EVENT_READ, "stop")
+        self._watchdog = threading.Thread(
+            target=self._watchdog_loop, name=f"advlock session_lock {self.key} watchdog", daemon=True
+        )
+        self._watchdog.start()
+
+    def _watchdog_loop(self) -> None:
+        while self.lost is None:
+            if "stop" in {key.data for key, _ in self._selector.select()}:
+                return
+            with self._using:
+                ready = {key.data for key, _ in self._selector.select(0)}
+                if "stop" in ready:
+                    return
+                if "connection" not in ready:
+                    continue  # it was the answer to a statement of ours, read meanwhile
+                self._read_unasked()
+
+    def _read_unasked(self) -> None:
+        try:
+            if not self.holding() and self.lost is None:
+                self.lost = RuntimeError("advlock_holding says this connection no longer holds the lock")
+        except Exception as e:  # whatever the server sent, the lock can no longer be vouched for
+            self.lost = e
+
+    def _unwatch(self) -> None:
+        if self._watchdog is None:
+            return
+        self._stop_w.send(b"x")
+        self._watchdog.join()
+        self._watchdog = None
+        self._selector.close()
+        self._stop_r.close()
+        self._stop_w.close()
 
     def _row(self, sql: str, args: list[object]) -> Row:
         return self._rows(sql, args)[0]
@@ -411,23 +486,25 @@ class HeldLock(_Base):
         """Whether this connection still holds the lock (advlock_holding). False, not an
         error, once the connection is lost (or found shared by a pooler); leaving the block
         then raises LockLost."""
-        if self.lost is not None:
-            return False
-        try:
-            pid, lxid, holding = self._row(*self._holding())
-            self._on_ours(pid, lxid)
-            return bool(holding)
-        except UnsafePooler as e:
-            self.lost = e
-            return False
-        except Exception as e:
-            if not _is_connection_loss(e, self._dead()):
-                raise
-            self.lost = e
-            return False
+        with self._using:
+            if self.lost is not None:
+                return False
+            try:
+                pid, lxid, holding = self._row(*self._holding())
+                self._on_ours(pid, lxid)
+                return bool(holding)
+            except UnsafePooler as e:
+                self.lost = e
+                return False
+            except Exception as e:
+                if not _is_connection_loss(e, self._dead()):
+                    raise
+                self.lost = e
+                return False
 
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
         try:
+            self._unwatch()
             if self.lost is None:
                 try:
                     self._unlocked(self._row(*self._unlock()))
@@ -444,20 +521,26 @@ class HeldLock(_Base):
 
 class AsyncHeldLock(_Base):
     """A session lock on its own asyncio connection (psycopg or asyncpg):
-    `async with session_lock(...) as held`."""
+    `async with session_lock(...) as held`. When the connection dies while the block runs
+    (noticed within moments of the server closing it), `lost` is set and the body is cancelled;
+    leaving the block raises LockLost."""
 
     _conn: Any = None
+    _closing = False
+    _using: Any = None  # an asyncio.Lock once held: one statement of ours at a time
 
     async def __aenter__(self) -> AsyncHeldLock:
+        self._using = asyncio.Lock()
         protocol_pid = await self._connect()
         try:
-            if self._greeted(await self._row(*self._hello()), protocol_pid):
+            if self._greeted(await self._row(*self._hello(protocol_pid)), protocol_pid):
                 self._probed(await asyncio.to_thread(_probe_pid, self.dsn, self.driver, self._connect_kwargs()))
                 await self._pin(protocol_pid)
             await self._acquire()
         except BaseException:
             await self._close()
             raise
+        self._watch()
         return self
 
     async def _connect(self) -> int:
@@ -495,12 +578,14 @@ class AsyncHeldLock(_Base):
         self.token = int(token)
 
     async def _pin(self, protocol_pid: int) -> None:
+        # BEGIN and COMMIT run once per connection: never prepared (psycopg prepares from the
+        # fifth run of a statement; asyncpg's execute() without arguments is the simple protocol).
         try:
             await self._conn.execute(_PIN)
         except Exception as e:
             raise self._pinning(e) from e
         self._pinned = True
-        self._greeted(await self._row(*self._hello()), protocol_pid)
+        self._greeted(await self._row(*self._hello(protocol_pid)), protocol_pid)
 
     async def _unpin(self) -> None:
         if self._pinned and not self._dead():
@@ -508,13 +593,92 @@ class AsyncHeldLock(_Base):
 
     async def _rows(self, sql: str, args: list[object]) -> list[Row]:
         if self.driver == "asyncpg":
+            # statement_cache_size=0: unnamed statements only.
             placeholders = [f"${i + 1}" for i in range(len(args))]
             return [tuple(r) for r in await self._conn.fetch(sql.format(*placeholders), *args)]
         from psycopg.rows import tuple_row
 
-        async with self._conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(sql.format(*["%s"] * len(args)), args)
-            return list(await cur.fetchall())
+        self._pause_watch()  # the answer makes the socket readable: not a sign of anything
+        try:
+            async with self._conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(sql.format(*["%s"] * len(args)), args, prepare=False)
+                return list(await cur.fetchall())
+        finally:
+            self._resume_watch()
+
+    # ---- the watchdog: the body learns that the connection died, without a query per second ----
+    #
+    # asyncpg reads its socket all the time and calls its termination listeners when the server
+    # closes it. psycopg reads only while a statement runs, so the socket becomes readable
+    # between statements only when the server sends something unasked: on an idle connection a
+    # FATAL before it closes it. A reader on a duplicate of the socket (the event loop allows one
+    # reader per descriptor, and psycopg adds its own while it runs a statement) is removed while
+    # a statement of ours runs; when it fires, holding() reads what came and records the loss.
+    # Either way the body (the task that entered the block) is cancelled, as a lost lease's is.
+
+    _body: asyncio.Task[Any] | None = None
+    _watched_fd = -1
+    _watching = False
+    _watched: socket.socket
+    _cancelled_body = False
+    _probe: asyncio.Task[None] | None = None
+
+    def _watch(self) -> None:
+        self._body = asyncio.current_task()
+        if self.driver == "asyncpg":
+            self._conn.add_termination_listener(self._terminated)
+            return
+        # A duplicate of the socket (socket.fromfd duplicates the descriptor, on Windows too).
+        self._watched = socket.fromfd(self._conn.fileno(), socket.AF_INET, socket.SOCK_STREAM)
+        self._watched_fd = self._watched.fileno()
+        self._watching = True
+        self._resume_watch()
+
+    def _resume_watch(self) -> None:
+        if self._watching and self.lost is None:
+            asyncio.get_running_loop().add_reader(self._watched_fd, self._readable)
+
+    def _pause_watch(self) -> None:
+        if self._watched_fd >= 0:
+            asyncio.get_running_loop().remove_reader(self._watched_fd)
+
+    def _readable(self) -> None:
+        self._pause_watch()
+        self._probe = asyncio.get_running_loop().create_task(self._read_unasked())
+
+    async def _read_unasked(self) -> None:
+        try:
+            if not await self.holding() and self.lost is None:
+                self.lost = RuntimeError("advlock_holding says this connection no longer holds the lock")
+        except Exception as e:  # whatever the server sent, the lock can no longer be vouched for
+            self.lost = e
+        if self.lost is not None:
+            self._stop_body()
+
+    def _terminated(self, conn: object) -> None:
+        if self.lost is None and not self._closing:
+            self.lost = ConnectionError(
+                "the server closed the lock's connection (asyncpg gives no reason: a terminated backend, a restart, "
+                "advlock.idle_session_lock_timeout, or the network)"
+            )
+            self._stop_body()
+
+    def _stop_body(self) -> None:
+        if self._body is not None and not self._closing and not self._cancelled_body:
+            self._cancelled_body = True
+            self._body.cancel(f"advlock: the session lock on {self.key} (token {self.token}) was lost")
+
+    def _unwatch(self) -> None:
+        self._closing = True
+        if self.driver == "asyncpg":
+            if self._conn is not None and self._body is not None:
+                self._conn.remove_termination_listener(self._terminated)
+            return
+        self._watching = False
+        if self._watched_fd >= 0:
+            self._pause_watch()
+            self._watched.close()
+            self._watched_fd = -1
 
     async def _row(self, sql: str, args: list[object]) -> Row:
         return (await self._rows(sql, args))[0]
@@ -543,23 +707,28 @@ class AsyncHeldLock(_Base):
         """Whether this connection still holds the lock (advlock_holding). False, not an
         error, once the connection is lost (or found shared by a pooler); leaving the block
         then raises LockLost."""
-        if self.lost is not None:
-            return False
-        try:
-            pid, lxid, holding = await self._row(*self._holding())
-            self._on_ours(pid, lxid)
-            return bool(holding)
-        except UnsafePooler as e:
-            self.lost = e
-            return False
-        except Exception as e:
-            if not _is_connection_loss(e, self._dead()):
-                raise
-            self.lost = e
-            return False
+        async with self._using:
+            if self.lost is not None:
+                return False
+            try:
+                pid, lxid, holding = await self._row(*self._holding())
+                self._on_ours(pid, lxid)
+                return bool(holding)
+            except UnsafePooler as e:
+                self.lost = e
+                return False
+            except Exception as e:
+                if not _is_connection_loss(e, self._dead()):
+                    raise
+                self.lost = e
+                return False
 
     async def __aexit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
         try:
+            self._unwatch()
+            if self._probe is not None and not self._probe.done():
+                # Shielded: reading the answer must finish even if this task is cancelled again.
+                await asyncio.shield(self._probe)
             if self.lost is None:
                 try:
                     self._unlocked(await self._row(*self._unlock()))
@@ -570,6 +739,12 @@ class AsyncHeldLock(_Base):
                     self.lost = e
         finally:
             await self._close()
+        if self._cancelled_body:
+            # Take back our own cancellation request (Python 3.11+ counts them); a cancellation
+            # from elsewhere that arrived too still propagates as CancelledError.
+            uncancel = getattr(self._body, "uncancel", None)
+            if uncancel is not None and uncancel() > 0 and isinstance(v, asyncio.CancelledError):
+                return
         if self.lost is not None:
             raise self._lost() from self.lost
 
@@ -617,7 +792,10 @@ def session_lock(
     transaction or statement mode is refused (UnsafePooler). Waits at most `timeout` seconds,
     holding no snapshot (CALL advlock_wait_lock), then LockTimeout naming the holder;
     `held.token` is its fencing token, `held.pid` the server backend, `held.holding()` asks
-    the server whether it is still held. On exit it unlocks and closes the connection; if the
-    connection was lost meanwhile, LockLost is raised instead of passing silently. `schema`:
-    where advlock is installed (default: found on the connection)."""
+    the server whether it is still held. The connection opts out of
+    advlock.idle_session_lock_timeout for itself (it sits idle holding the lock on purpose), and
+    a watchdog waiting on its socket notices when the server closes it: `held.lost` is set, an
+    asyncio body is cancelled, `held.check()` raises LockLost. On exit it unlocks and closes the
+    connection; if the connection was lost meanwhile, LockLost is raised instead of passing
+    silently. `schema`: where advlock is installed (default: found on the connection)."""
     return SessionLock(dsn, ns, id, timeout, shared, application_name, schema, driver=driver)

@@ -24,6 +24,27 @@ module Advlock
       ms
     end
 
+    # A duration that must be more than 0 (a TTL, a wait's bound) to ms: one message for 0 and
+    # for a negative number alike.
+    def positive_ms(seconds, name)
+      if (seconds.is_a?(Integer) || seconds.is_a?(Float)) && !seconds.positive?
+        raise ArgumentError, "#{name} must be a positive number of seconds, got #{seconds.inspect}"
+      end
+
+      timeout_ms(seconds, name)
+    end
+
+    # How a message names a holder: PID 365 (application_name "worker", state "idle"), or "no
+    # application_name" when it has none (NULL or empty), never "application_name nil".
+    def holder_text(pid, application_name, state = nil)
+      app = if application_name.nil? || application_name.empty?
+              "no application_name"
+            else
+              "application_name #{application_name.inspect}"
+            end
+      "PID #{pid} (#{app}#{state.nil? ? '' : ", state #{state.inspect}"})"
+    end
+
     def mode(shared)
       raise TypeError, "shared must be true or false, got #{shared.class}" unless [true, false].include?(shared)
 

@@ -58,6 +58,10 @@ module Advlock
   # block did after that was not protected. Raised at the end of the block, never swallowed.
   class LockLost < Error; end
 
+  # What a session lock's watchdog raises into the block's thread with interrupt: true when the
+  # lock's connection closes, and what leaving the block then raises.
+  class LockInterrupted < LockLost; end
+
   # The lease stayed busy for the whole bounded wait: #holders has the holders' pid and
   # application_name (from advlock_leases).
   class LeaseTimeout < LockTimeout; end
@@ -66,8 +70,28 @@ module Advlock
   # it), or no renewal succeeded before the renew deadline.
   class LeaseLost < LockLost; end
 
-  # What the lease's renewal thread raises into the block's thread with interrupt: true.
+  # What the lease's renewal thread raises into the block's thread with interrupt: true, and what
+  # leaving the block then raises (also when the block swallowed it).
   class LeaseInterrupted < LeaseLost; end
+
+  # advlock_fence refused this writer's token (SQLSTATE LK001): a larger token has already passed
+  # the fence, so a newer holder has taken over. The transaction is aborted: roll it back and stop
+  # writing. #token is the refused token, #passed the one that had passed (from the server's
+  # message), #detail the server's DETAIL.
+  class FenceRefused < Error
+    attr_reader :token, :passed, :detail
+
+    def initialize(message = nil, token: nil, passed: nil, detail: nil)
+      super(detail ? "#{message}\nDETAIL: #{detail}" : message)
+      @token = token
+      @passed = passed
+      @detail = detail
+    end
+  end
+
+  # advlock_lease_check found the lease no longer held (SQLSTATE LK002) inside the writer's
+  # transaction: it expired or was released. The transaction is aborted: roll it back.
+  class LeaseNotHeld < LeaseLost; end
 
   # This database has no leases: the SQL edition (or an extension version before them).
   class LeasesUnavailable < Error; end

@@ -18,18 +18,22 @@ module Advlock
     RENEW = "SELECT @.advlock_lease_renew(CAST($1 AS int8), CAST($2 AS int4))"
     RELEASE = "SELECT @.advlock_lease_release(CAST($1 AS int8))"
     WHO = "SELECT pid, application_name FROM @.advlock_leases WHERE key = CAST($1 AS int8) AND granted ORDER BY lease"
+    # After a wait: how long the lease has left by the server's clock (the TTL counts from the
+    # grant, which came at some point of the wait), so the renew deadline counts from the grant.
+    REMAINING = "SELECT extract(epoch FROM expires_at - clock_timestamp()) FROM @.advlock_leases" \
+                " WHERE lease = CAST($1 AS int8) AND granted"
 
     # Where a lease's statements run: an ActiveRecord connection pool (checkout/checkin), or any
     # pool whose #with(timeout:) yields a PG::Connection or an ActiveRecord connection (the
     # connection_pool gem).
     class Source
-      def self.for(source)
+      def self.for(source, schema)
         if source.respond_to?(:checkout) && source.respond_to?(:checkin) && source.respond_to?(:with_connection)
-          return new(source, :active_record)
+          return new(source, :active_record, schema)
         end
-        return new(source.connection_pool, :active_record) if source.respond_to?(:connection_pool) &&
-                                                              source.is_a?(Class)
-        return new(source, :with) if source.respond_to?(:with) && !source.is_a?(PG::Connection)
+        return new(source.connection_pool, :active_record, schema) if source.respond_to?(:connection_pool) &&
+                                                                      source.is_a?(Class)
+        return new(source, :with, schema) if source.respond_to?(:with) && !source.is_a?(PG::Connection)
 
         refuse(source)
       end
@@ -44,9 +48,25 @@ module Advlock
                          "whose #with yields a PG::Connection), got #{source.class}"
       end
 
-      def initialize(pool, kind)
+      def initialize(pool, kind, schema)
         @pool = pool
         @kind = kind
+        @schema = schema
+      end
+
+      # One statement's rows on a borrowed connection (waiting at most `timeout` seconds for one).
+      def query(sql, params, timeout = nil)
+        borrow(timeout) { |raw| SQL.exec(raw, sql.gsub("@.", SQL.prefix(raw, @schema)), params).values }
+      end
+
+      # A CALL's row, run outside any transaction block (a pooled connection is idle when lent);
+      # nil when the connection lent is inside one.
+      def call(sql, params)
+        borrow do |raw|
+          next nil unless raw.transaction_status == PG::PQTRANS_IDLE
+
+          SQL.exec(raw, sql.gsub("@.", SQL.prefix(raw, @schema)), params).values
+        end
       end
 
       # Yields a PG::Connection borrowed for one statement (waiting at most `timeout` seconds for
@@ -66,18 +86,37 @@ module Advlock
       end
     end
 
+    # The lease and election functions: a 42883 naming one means this database has none.
+    LEASE_FUNCTIONS = /advlock_(lease\w*|wait_lease|campaign|wait_campaign|leader|observe_leader|wait_leader|resign)\b/
+
+    # NotPreloaded for 55000 (advlock not in shared_preload_libraries), LeasesUnavailable for 42883
+    # on a lease or election function (the SQL edition, or an extension older than them: leases
+    # came in 0.4.0, elections in 0.5.0), else nil.
+    def self.unavailable(error)
+      state = SQL.sqlstate(error)
+      missing = error.message[LEASE_FUNCTIONS] if state == "42883"
+      if state == "55000" && error.message.include?("shared_preload_libraries")
+        NotPreloaded.new("leases need the advlock library preloaded: add advlock to shared_preload_libraries in " \
+                         "postgresql.conf (shared_preload_libraries = 'advlock') and restart PostgreSQL " \
+                         "(server: #{error.message.strip})")
+      elsif missing
+        LeasesUnavailable.new("this database has no #{missing}(): leases (and elections) need the advlock extension " \
+                              "(the SQL edition has none) in a version that has them (leases: 0.4.0, elections: " \
+                              "0.5.0), preloaded via shared_preload_libraries (server: #{error.message.strip})")
+      end
+    end
+
     attr_reader :ns, :id, :key, :ttl_ms, :timeout_ms, :slots, :renew_deadline_ms, :token, :lost, :renewals
 
     def initialize(source, ns, id, ttl, timeout, slots, renew_deadline, schema, interrupt)
       @ns = Key.check_ns(ns)
       @id = Key.id_text(id)
       @key = Key.key(ns, id)
-      @ttl_ms = Args.timeout_ms(ttl, "ttl")
-      raise ArgumentError, "ttl must be a positive number of seconds, got #{ttl.inspect}" if @ttl_ms.zero?
+      @ttl_ms = Args.positive_ms(ttl, "ttl")
 
       @timeout_ms = Args.timeout_ms(timeout)
       @slots = Args.slots(slots)
-      @renew_deadline_ms = renew_deadline.nil? ? @ttl_ms * 2 / 3 : Args.timeout_ms(renew_deadline, "renew_deadline")
+      @renew_deadline_ms = renew_deadline.nil? ? @ttl_ms * 2 / 3 : Args.positive_ms(renew_deadline, "renew_deadline")
       unless @renew_deadline_ms.positive? && @renew_deadline_ms < @ttl_ms
         raise ArgumentError, "renew_deadline must be more than 0 and less than ttl (#{ttl.inspect} s): the block " \
                              "must stop before the server ends the lease, got #{renew_deadline.inspect}"
@@ -85,8 +124,7 @@ module Advlock
       raise TypeError, "interrupt must be true or false, got #{interrupt.class}" unless [true,
                                                                                          false].include?(interrupt)
 
-      @schema = Args.schema(schema)
-      @source = Source.for(source)
+      @source = Source.for(source, Args.schema(schema))
       @interrupt = interrupt
       @token = 0
       @lost = nil
@@ -96,6 +134,7 @@ module Advlock
       @stopped_at_deadline = false
       @last_error = nil
       @closing = false
+      @interrupted = false
       @mutex = Mutex.new
       @stop = ConditionVariable.new
     end
@@ -141,21 +180,21 @@ module Advlock
 
     private
 
-    def query(sql, params, timeout = nil)
-      @source.borrow(timeout) { |raw| SQL.exec(raw, sql.gsub("@.", SQL.prefix(raw, @schema)), params).values }
-    end
-
-    # CALL outside any transaction block: a pooled connection is idle when lent; nil when not.
-    def call(sql, params)
-      @source.borrow do |raw|
-        next nil unless raw.transaction_status == PG::PQTRANS_IDLE
-
-        SQL.exec(raw, sql.gsub("@.", SQL.prefix(raw, @schema)), params).values
-      end
-    end
-
     def now
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+
+    # What is held ("lease"; a leader's "term of leadership"), and the statements' arguments.
+    def what
+      "lease"
+    end
+
+    def acquire_args(wait_ms)
+      [@ns, @id, @ttl_ms, wait_ms, @slots]
+    end
+
+    def wait_args
+      [@key, @ttl_ms, @timeout_ms, @slots]
     end
 
     def granted(rows)
@@ -164,49 +203,74 @@ module Advlock
 
     def acquire
       sent_at = now
-      token = granted(query(ACQUIRE, [@ns, @id, @ttl_ms, 0, @slots]))
-      if token.nil? && @timeout_ms.positive?
+      token = granted(@source.query(self.class::ACQUIRE, acquire_args(0)))
+      waited = token.nil? && @timeout_ms.positive?
+      if waited
         sent_at = now
-        called = call(WAIT, [@key, @ttl_ms, @timeout_ms, @slots])
-        called = query(ACQUIRE, [@ns, @id, @ttl_ms, @timeout_ms, @slots]) if called.nil?
+        called = @source.call(self.class::WAIT, wait_args)
+        called = @source.query(self.class::ACQUIRE, acquire_args(@timeout_ms)) if called.nil?
         token = granted(called)
       end
-      raise timeout_error(query(WHO, [@key])) if token.nil?
+      raise timeout_error(@source.query(WHO, [@key])) if token.nil?
 
       @token = token
-      @deadline = sent_at + (@renew_deadline_ms / 1000.0)
+      begin
+        @deadline = granted_deadline(sent_at, waited)
+      rescue Exception # rubocop:disable Lint/RescueException -- also Timeout and Thread#raise: nobody would renew it
+        release_quietly
+        raise
+      end
     rescue PG::Error => e
-      unavailable = unavailable(e)
+      unavailable = Lease.unavailable(e)
       raise unavailable if unavailable
 
       raise
     end
 
-    def unavailable(error)
-      state = SQL.sqlstate(error)
-      if state == "55000" && error.message.include?("shared_preload_libraries")
-        NotPreloaded.new("leases need the advlock library preloaded: add advlock to shared_preload_libraries in " \
-                         "postgresql.conf (shared_preload_libraries = 'advlock') and restart PostgreSQL " \
-                         "(server: #{error.message.strip})")
-      elsif state == "42883" && error.message.include?("advlock_lease")
-        LeasesUnavailable.new("this database has no advlock_lease(): leases need the advlock extension (the SQL " \
-                              "edition has none), version with leases, preloaded via shared_preload_libraries " \
-                              "(server: #{error.message.strip})")
+    # The renew deadline of a fresh grant: renew_deadline after the grant. The grant came after
+    # the statement that asked was sent (sent_at); after a wait it may have come much later, so
+    # the server says how long the lease has left, and the deadline is that much minus the part
+    # of the TTL kept as the margin (ttl - renew_deadline) from when we asked: both are lower
+    # bounds of the local time of grant + renew_deadline, and no client/server clock offset enters.
+    def granted_deadline(sent_at, waited)
+      deadline = sent_at + (@renew_deadline_ms / 1000.0)
+      return deadline unless waited
+
+      asked_at = now
+      remaining = @source.query(REMAINING, [@token]).first&.first
+      if remaining.nil?
+        @mutex.synchronize do
+          mark_lost(Error.new("the #{what} had already ended when its grant was read (released or expired)"))
+        end
+        return deadline
       end
+
+      [deadline, asked_at + Float(remaining) - ((@ttl_ms - @renew_deadline_ms) / 1000.0)].max
+    end
+
+    # A lease granted but not taken up (reading its grant failed): released, not left to run out
+    # while nobody renews it; the error that stopped it is what the caller sees.
+    def release_quietly
+      @source.query(self.class::RELEASE, [@token])
+    rescue StandardError
+      nil
     end
 
     def label
       "advlock_key('#{@ns}', '#{@id}')"
     end
 
+    # LeaseInterrupted once the block was interrupted (interrupt: true): what it was raised with
+    # is what leaving the block raises, also when the block swallowed it.
     def lost_error
-      LeaseLost.new("the lease on #{label} (token #{@token}) was lost: #{@lost.message}")
+      (@interrupted ? LeaseInterrupted : LeaseLost).new("the #{what} on #{label} (token #{@token}) was lost: " \
+                                                        "#{@lost.message}")
     end
 
     def timeout_error(rows)
-      held_by = rows.map { |p, app| "PID #{p} (application_name #{app.inspect})" }
+      held_by = rows.map { |p, app| Args.holder_text(p, app) }
       LeaseTimeout.new(
-        "could not obtain a lease on key #{@key} = #{label} within #{@timeout_ms} ms" \
+        "could not obtain a #{what} on key #{@key} = #{label} within #{@timeout_ms} ms" \
         "#{@slots > 1 ? " (#{@slots} slots)" : ''}#{held_by.empty? ? '' : ": held by #{held_by.join('; ')}"}",
         holders: rows.map { |p, app| Holder.new(Integer(p, 10), app, nil) }
       )
@@ -244,7 +308,7 @@ module Advlock
         end
         sent_at = now
         begin
-          rows = query(RENEW, [@token, @ttl_ms], @deadline - sent_at)
+          rows = @source.query(RENEW, [@token, @ttl_ms], @deadline - sent_at)
         rescue StandardError => e # a pool timeout, a lost connection: retry while the lease lasts
           @mutex.synchronize { @last_error = e }
           next
@@ -269,7 +333,8 @@ module Advlock
     def stop_body
       return unless @interrupt
 
-      @body.raise(LeaseInterrupted, "the lease on #{label} (token #{@token}) was lost: #{@lost.message}")
+      @interrupted = true
+      @body.raise(lost_error)
     end
 
     def close
@@ -286,8 +351,8 @@ module Advlock
       @renewer&.join
       # Stopped at the renew deadline: left to run out on the server at its TTL rather than
       # released, so a statement the block still had in flight ends before anyone else is granted it.
-      if !@stopped_at_deadline && !SQL.bool(query(RELEASE, [@token])[0][0])
-        @mutex.synchronize { mark_lost(Error.new("advlock_lease_release found the lease already ended")) }
+      if !@stopped_at_deadline && !SQL.bool(@source.query(self.class::RELEASE, [@token])[0][0])
+        @mutex.synchronize { mark_lost(Error.new("its release found the #{what} already ended")) }
       end
       raise lost_error, cause: @lost if @lost
     end
@@ -300,11 +365,12 @@ module Advlock
     # advlock_wait_lease; LeaseTimeout after, naming the holders), renewed by a background thread
     # on any pooled connection, released at the end of the block whatever happens. Yields the
     # Lease: #token is the lease id and its fencing token. The block is stopped at the renew
-    # deadline, `renew_deadline` seconds (default 2/3 of ttl) after the last renewal was sent,
-    # before the server's TTL runs out: #check! raises LeaseLost from then on, and with
+    # deadline, `renew_deadline` seconds (default 2/3 of ttl) after the grant or the last renewal
+    # sent, before the server's TTL runs out: #check! raises LeaseLost from then on, and with
     # interrupt: true LeaseInterrupted (a LeaseLost) is raised into the block's thread at once.
-    # The end of the block raises LeaseLost if the lease was lost. `slots: N` lets N leases hold
-    # the key at once. Needs advlock in shared_preload_libraries (NotPreloaded otherwise).
+    # The end of the block raises LeaseLost if the lease was lost (LeaseInterrupted if it
+    # interrupted the block). `slots: N` lets N leases hold the key at once. Needs advlock in
+    # shared_preload_libraries (NotPreloaded otherwise).
     def lease(source, ns, id = "", ttl:, timeout:, slots: 1, renew_deadline: nil, schema: nil, interrupt: false,
               &block)
       lease = Lease.new(source, ns, id, ttl, timeout, slots, renew_deadline, schema, interrupt)

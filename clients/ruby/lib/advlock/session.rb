@@ -35,18 +35,29 @@ module Advlock
     BACKEND = "(SELECT pg_catalog.pg_backend_pid() AS pid," \
               " (SELECT CAST(pg_catalog.split_part(l.virtualtransaction, '/', 2) AS int8) FROM pg_catalog.pg_locks l" \
               " WHERE l.locktype = 'virtualxid' AND l.pid = pg_catalog.pg_backend_pid()) AS lxid) b"
+    # advlock.idle_session_lock_timeout terminates a session idle outside a transaction while it
+    # holds a session lock: exactly what this connection does on purpose while the block works
+    # elsewhere. So it opts out for itself (0), on a direct connection only (where the protocol's
+    # pid is the backend's: behind a pooler the setting would outlive us on a server session the
+    # pool hands to others, and there the lock is held inside a transaction, which the setting
+    # never touches), and only where the setting exists (the library loaded, or a value given in
+    # postgresql.conf, ALTER DATABASE/ROLE, which applies once the library loads): nothing is set
+    # on the SQL edition or a server without advlock. $1 is the protocol's pid.
+    OPT_OUT = "CASE WHEN b.pid = CAST($1 AS int4)" \
+              " AND pg_catalog.current_setting('advlock.idle_session_lock_timeout', true) IS NOT NULL" \
+              " THEN pg_catalog.set_config('advlock.idle_session_lock_timeout', '0', false) END"
     HELLO = "WITH s AS (SELECT #{SQL::SCHEMA_EXPR} AS nspname)" \
             " SELECT b.pid, b.lxid, s.nspname, pg_catalog.current_database()," \
             " EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace" \
             " WHERE n.nspname = s.nspname AND p.proname = 'advlock_wait_lock' AND p.prokind = 'p')," \
-            " EXISTS (SELECT FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.pid = b.pid)" \
-            " FROM s, #{BACKEND}".freeze
-    HELLO_SCHEMA = "SELECT b.pid, b.lxid, CAST($1 AS text), pg_catalog.current_database()," \
+            " EXISTS (SELECT FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.pid = b.pid)," \
+            " #{OPT_OUT} FROM s, #{BACKEND}".freeze
+    HELLO_SCHEMA = "SELECT b.pid, b.lxid, CAST($2 AS text), pg_catalog.current_database()," \
                    " EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n" \
-                   " ON n.oid = p.pronamespace WHERE n.nspname = $1 AND p.proname = 'advlock_wait_lock'" \
+                   " ON n.oid = p.pronamespace WHERE n.nspname = $2 AND p.proname = 'advlock_wait_lock'" \
                    " AND p.prokind = 'p')," \
-                   " EXISTS (SELECT FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.pid = b.pid)" \
-                   " FROM #{BACKEND}".freeze
+                   " EXISTS (SELECT FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory' AND l.pid = b.pid)," \
+                   " #{OPT_OUT} FROM #{BACKEND}".freeze
     ON_OURS = "b.pid = CAST($1 AS int4) AND b.lxid = CAST($2 AS int8)"
     TRY = "SELECT b.pid, b.lxid, CASE WHEN #{ON_OURS} THEN @.advlock_try_with_token(CAST($3 AS text)," \
           " CAST($4 AS text), CAST($5 AS int4), mode => CAST($6 AS text)) END FROM #{BACKEND}".freeze
@@ -74,7 +85,7 @@ module Advlock
 
     attr_reader :ns, :id, :key, :mode, :timeout_ms, :token, :pid, :lost
 
-    def initialize(dsn, ns, id, timeout, shared, application_name, schema)
+    def initialize(dsn, ns, id, timeout, shared, application_name, schema, interrupt)
       @dsn = HeldLock.check_dsn(dsn)
       @ns = Key.check_ns(ns)
       @id = Key.id_text(id)
@@ -88,6 +99,13 @@ module Advlock
       @lost = nil
       @next_lxid = 0 # the backend's transaction counter at our next statement
       @pinned = false # behind a pooler: inside the transaction block that pins the backend
+      unless [true, false].include?(interrupt)
+        raise TypeError, "interrupt must be true or false, got #{interrupt.class}"
+      end
+
+      @interrupt = interrupt
+      @interrupted = false
+      @io_lock = Mutex.new # the body's statements (holding?) and the watchdog take turns on @conn
     end
 
     def self.check_dsn(dsn)
@@ -136,29 +154,39 @@ module Advlock
         # Refused, failed or interrupted (Timeout and Thread#kill unwind through ensure only).
         @conn.close unless ready || @conn.finished?
       end
-      begin
-        yield self
+      Thread.handle_interrupt(LockInterrupted => :never) do
+        watch
+        Thread.handle_interrupt(LockInterrupted => :immediate) { yield self }
       ensure
         release
       end
     end
 
+    # Raises LockLost once the lock's connection is gone (the watchdog saw it close, or a
+    # statement failed on it): call it between steps, before a write that must not run unprotected
+    # (and fence the write with #token anyway).
+    def check!
+      raise lost_error if @lost
+    end
+
     # Whether this connection still holds the lock (advlock_holding). false, not an error, once
     # the connection is lost (or found shared by a pooler); the block's end raises LockLost then.
     def holding?
-      return false if @lost
+      @io_lock.synchronize do
+        return false if @lost
 
-      pid, lxid, holding = row(HOLDING, [@pid, @next_lxid, @ns, @id, @mode])
-      on_ours(pid, lxid)
-      SQL.bool(holding) == true
-    rescue UnsafePooler => e
-      @lost = e
-      false
-    rescue PG::Error => e
-      raise unless connection_lost?(e)
+        pid, lxid, holding = row(HOLDING, [@pid, @next_lxid, @ns, @id, @mode])
+        on_ours(pid, lxid)
+        SQL.bool(holding) == true
+      rescue UnsafePooler => e
+        @lost = e
+        false
+      rescue PG::Error => e
+        raise unless connection_lost?(e)
 
-      @lost = e
-      false
+        @lost = e
+        false
+      end
     end
 
     def inspect
@@ -171,6 +199,96 @@ module Advlock
       options = @application_name ? { application_name: @application_name } : {}
       @conn = PG.connect(@dsn, **options)
       @protocol_pid = @conn.backend_pid
+      # The FATAL a server sends before it closes an idle connection (a terminated backend, a
+      # shutdown) reaches libpq outside any statement, as a notice: kept as the reason of a loss.
+      @conn.set_notice_receiver do |notice|
+        if notice.error_field(PG::PG_DIAG_SEVERITY_NONLOCALIZED) == "FATAL"
+          @farewell = "#{notice.error_message.strip} (SQLSTATE #{notice.error_field(PG::PG_DIAG_SQLSTATE)})"
+        end
+      end
+    end
+
+    # The watchdog: a thread that waits on the lock connection's socket (no query, no timer) and
+    # marks the lock lost when the server closes it (a terminated backend, a restart, the
+    # connection cut with a reset), at once: #check! raises from then on, and with
+    # interrupt: true LockInterrupted is raised into the block's thread. Data that arrives while
+    # no statement runs (the server's FATAL, then the end of the stream) is read here under
+    # @io_lock, so it never takes a statement's answer.
+    def watch
+      @body = Thread.current
+      socket = @conn.socket_io
+      # Written to by stop_watching; both ends are closed there, after the watchdog has ended.
+      stop, @stop_watch = @stop_pipe = IO.pipe
+      @watchdog = Thread.new do
+        loop do
+          break if IO.select([socket, stop])[0].include?(stop)
+          break if @io_lock.synchronize { @lost ||= closed_by_server(socket) }
+        end
+        interrupt_body if @lost
+      rescue IOError, SystemCallError => e # the socket closed under the select
+        @io_lock.synchronize { @lost ||= e }
+        interrupt_body
+      end
+      @watchdog.report_on_exception = false
+    end
+
+    # With @io_lock held: the connection error once the server has closed the connection, nil
+    # while it lives (what woke the watchdog was a statement's answer, or a notice).
+    def closed_by_server(socket)
+      return nil unless socket.wait_readable(0)
+
+      read_pending
+      @conn.status == PG::CONNECTION_OK ? nil : closed(PG::ConnectionBad.new("the connection is closed"))
+    rescue PG::Error, IOError, SystemCallError => e
+      closed(e)
+    end
+
+    # Reads what arrived and parses it (consume_input only reads; is_busy parses: a FATAL is
+    # handed to the notice receiver then), also what was read just before the end of the stream.
+    def read_pending
+      @conn.consume_input
+      @conn.is_busy
+    rescue PG::Error
+      begin
+        @conn.is_busy
+      rescue PG::Error
+        nil
+      end
+      raise
+    end
+
+    # The connection error, with the server's reason when it sent one.
+    def closed(error)
+      return error unless @farewell
+
+      PG::ConnectionBad.new("the server closed the lock's connection: #{@farewell}")
+    end
+
+    def interrupt_body
+      return unless @interrupt && !@closing
+
+      @interrupted = true
+      @body.raise(lost_error(LockInterrupted))
+    end
+
+    def stop_watching
+      @closing = true
+      return unless @watchdog
+
+      @stop_watch.write("x") # the read end is open until here: the watchdog may have ended already
+      @watchdog.join
+      @stop_pipe.each(&:close)
+      # A LockInterrupted the watchdog raised just before: taken back here, not left pending.
+      begin
+        Thread.handle_interrupt(LockInterrupted => :immediate) { nil }
+      rescue LockInterrupted
+        nil
+      end
+    end
+
+    def lost_error(type = LockLost)
+      type.new("the session lock on advlock_key('#{@ns}', '#{@id}') (token #{@token}) was lost: " \
+               "#{@lost.message.strip}")
     end
 
     def rows(sql, params)
@@ -185,7 +303,7 @@ module Advlock
     # pid is not the backend's), so the probe must look further and the lock be pinned.
     def greet
       pid, lxid, schema, database, has_wait, holds_advisory =
-        @schema ? row(HELLO_SCHEMA, [@schema]) : row(HELLO, [])
+        @schema ? row(HELLO_SCHEMA, [@protocol_pid, @schema]) : row(HELLO, [@protocol_pid])
       @prefix = SQL.prefix_of(schema, database)
       @snapshot_free_wait = SQL.bool(has_wait)
       @pid = SQL.int(pid)
@@ -333,7 +451,7 @@ module Advlock
     end
 
     def timeout_error(rows)
-      held_by = rows.map { |p, app, state| "PID #{p} (application_name #{app.inspect}, state #{state.inspect})" }
+      held_by = rows.map { |p, app, state| Args.holder_text(p, app, state) }
       LockTimeout.new(
         "could not obtain #{@mode} session lock on key #{@key} = advlock_key('#{@ns}', '#{@id}') within " \
         "#{@timeout_ms} ms#{held_by.empty? ? '' : ": held by #{held_by.join('; ')}"}",
@@ -348,6 +466,7 @@ module Advlock
     end
 
     def release
+      stop_watching
       unless @lost
         begin
           unlocked(row(UNLOCK, [@pid, @ns, @id, @mode]))
@@ -360,10 +479,7 @@ module Advlock
       end
     ensure
       @conn.close unless @conn.finished? # releases anything left, whatever happened above
-      if @lost
-        raise LockLost.new("the session lock on advlock_key('#{@ns}', '#{@id}') (token #{@token}) was lost: " \
-                           "#{@lost.message.strip}"), cause: @lost
-      end
+      raise lost_error(@interrupted ? LockInterrupted : LockLost), cause: @lost if @lost
     end
   end
 
@@ -374,11 +490,16 @@ module Advlock
     # transaction or statement mode is refused (UnsafePooler); behind any pooler the lock is held
     # inside one transaction block, which keeps the server session. Waits at most `timeout`
     # seconds (through CALL advlock_wait_lock, holding no snapshot; inside the statement behind a
-    # pooler and in the SQL edition), then LockTimeout naming the holder. At the end of the block
-    # it unlocks and closes the connection; if the connection was lost meanwhile, LockLost is
-    # raised instead of passing silently.
-    def session_lock(dsn, ns, id = "", timeout:, shared: false, application_name: nil, schema: nil, &block)
-      held = HeldLock.new(dsn, ns, id, timeout, shared, application_name, schema)
+    # pooler and in the SQL edition), then LockTimeout naming the holder. The connection opts out
+    # of advlock.idle_session_lock_timeout for itself (where the setting exists), and a watchdog
+    # thread waits on its socket: once the server closes it, #lost is set, #check! raises
+    # LockLost, and with interrupt: true LockInterrupted (a LockLost) is raised into the block's
+    # thread. At the end of the block it unlocks and closes the connection; if the connection was
+    # lost meanwhile, LockLost (LockInterrupted if it interrupted the block) is raised, caused by
+    # the connection error, instead of passing silently.
+    def session_lock(dsn, ns, id = "", timeout:, shared: false, application_name: nil, schema: nil, interrupt: false,
+                     &block)
+      held = HeldLock.new(dsn, ns, id, timeout, shared, application_name, schema, interrupt)
       raise ArgumentError, "block: Advlock.session_lock needs a block (the lock is held while it runs)" unless block
 
       held.run(&block)

@@ -77,11 +77,19 @@ module Advlock
       end
     end
 
+    # Why each helper needs the caller's transaction (a lock by default).
+    NEEDS = {
+      "fence" => "records its token with the write transaction",
+      "lease_check" => "checks the lease for the write transaction"
+    }.freeze
+
     module_function
 
     def check!(conn, what)
       problem = conn.xact_problem
-      raise NotInTransaction, "Advlock.#{what} takes a transaction-scope lock, but #{problem}" if problem
+      return unless problem
+
+      raise NotInTransaction, "Advlock.#{what} #{NEEDS.fetch(what, 'takes a transaction-scope lock')}, but #{problem}"
     end
 
     def run_lock(conn, what, sql, params, schema)
