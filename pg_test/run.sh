@@ -10,12 +10,14 @@
 #   pg_test/upgrade/test_*.py                        (pytest, ALTER EXTENSION UPDATE from released versions)
 #   pg_test/monitoring/test_*.py                     (pytest, promtool + a real postgres_exporter and Prometheus)
 #   pg_test/leases/test_*.py                         (pytest, leases between real sessions, PgBouncer)
+#   pg_test/failover/test_*.py                       (pytest, leases across a crash, a restart and a
+#                                                     standby's promotion, on clusters of its own)
 #   pg_test/encodings/test_*.py                      (pytest, install/update/edition/messages in
 #                                                     UTF8, EUC_JP, LATIN1, WIN1251, SQL_ASCII databases)
 # Adding a test is dropping in a file. Writes "suite passed failed" lines to $ADVLOCK_SUMMARY.
 #
 # Usage: pg_test/run.sh [SUITE [NAME...]]...   (default: every suite, every test)
-#   SUITE: regress, isolation, clients, reliability, upgrade, monitoring, leases or encodings
+#   SUITE: regress, isolation, clients, reliability, upgrade, monitoring, leases, failover or encodings
 #   NAME:  only these tests of the suite before it: a regress file (regress/sql/NAME.sql), an
 #          isolation spec (isolation/specs/NAME.spec), for pytest suites a file or node id
 #          (test_keys.py, test_keys.py::test_name); e.g. pg_test/run.sh regress failed_statement
@@ -29,7 +31,7 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/instance.sh"
 
-all_suites=(regress isolation clients reliability upgrade monitoring leases encodings)
+all_suites=(regress isolation clients reliability upgrade monitoring leases failover encodings)
 suites=(); declare -A picks=()
 for arg in "$@"; do
   if [[ " ${all_suites[*]} " == *" $arg "* ]]; then suites+=("$arg"); picks[$arg]=""
@@ -166,7 +168,7 @@ for suite in "${suites[@]}"; do
       done
       specs=("${runnable[@]}")
       run_regress_like isolation "$PGXS_TEST/isolation/pg_isolation_regress" "$here/isolation" "${specs[@]}" ;;
-    clients|reliability|upgrade|monitoring|leases|encodings)
+    clients|reliability|upgrade|monitoring|leases|failover|encodings)
       read -r -a targets <<<"${picks[$suite]:-}"
       run_pytest "$suite" "${targets[@]}" ;;
     *) echo "pg_test: unknown suite $suite"; status=1 ;;

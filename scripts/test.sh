@@ -14,7 +14,9 @@
 #   2. cargo pgrx test pgDEFAULT     in-database #[pg_test]s and Rust unit tests
 #      (preloaded, then again with ADVLOCK_PGRX_PRELOAD=off)
 #   3. pg_test/run.sh                (after scripts/install_ext.sh into DEFAULT's test tree) pg_regress,
-#      pg_isolation_regress, real clients + PgBouncer, leases, server encodings (pg_test/encodings:
+#      pg_isolation_regress, real clients + PgBouncer, leases, leases across crashes, restarts and
+#      a standby's promotion (pg_test/failover: clusters of its own, always preloaded, so it runs
+#      once), server encodings (pg_test/encodings:
 #      UTF8, EUC_JP, LATIN1, WIN1251, SQL_ASCII databases); regress + isolation + leases again
 #      with shared_preload_libraries = 'advlock', and regress once more with tiny label/namespace
 #      capacities (full tables); the monitoring suite (promtool, a real postgres_exporter and

@@ -3,6 +3,38 @@
 --
 -- The generated section and the comments after it are written by scripts/upgrade_sections.py 0.6.0.
 
+-- advlock_lease_check (sql/lease_check.sql): a restart no longer ends a lease (leases are in the
+-- WAL, docs/reliability.md), so LK002's detail names what can: a failover that lost the grant.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_lease_check(lease pg_catalog.int8)
+RETURNS pg_catalog.timestamptz
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    expires timestamptz;
+BEGIN
+    IF lease IS NULL THEN
+        RAISE EXCEPTION 'argument "lease" of advlock_lease_check must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Pass the lease id advlock_lease returned.';
+    END IF;
+    expires := @extschema@.advlock_lease_expiry(lease, 'advlock_lease_check');
+    IF expires IS NULL THEN
+        RAISE EXCEPTION 'lease % is not held', lease
+            USING ERRCODE = 'LK002',
+                  DETAIL = 'No lease with this id is held in this database: it was released, or it expired and was taken over, or a failover lost its grant (or it was never taken here).',
+                  HINT = 'Roll back and stop writing: another holder may have the key now. Take a new lease to go on.';
+    END IF;
+    IF expires <= clock_timestamp() THEN
+        RAISE EXCEPTION 'lease % is not held', lease
+            USING ERRCODE = 'LK002',
+                  DETAIL = format('It expired at %s: it was not renewed within its TTL.', expires),
+                  HINT = 'Roll back and stop writing: another holder may have the key now. Take a new lease to go on.';
+    END IF;
+    RETURN expires;
+END
+$fn$;
+
 -- <generated: new objects>
 -- </generated: new objects>
 
@@ -170,6 +202,6 @@ COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.
 COMMENT ON FUNCTION @extschema@.advlock_fence_guard() IS
   'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token or changes the key';
 COMMENT ON FUNCTION @extschema@.advlock_lease_check(pg_catalog.int8) IS
-  'advlock: in a write transaction, raise LK002 when lease is no longer held (released, expired, ended by a restart); returns its expires_at otherwise; needs shared_preload_libraries';
+  'advlock: in a write transaction, raise LK002 when lease is no longer held (released, expired, or its grant lost in a failover); returns its expires_at otherwise; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_lease_expiry(pg_catalog.int8, pg_catalog.text) IS
   'advlock (internal, behind advlock_lease_check; may change): expires_at of lease while an entry of the lease table holds it (possibly past), else NULL; needs shared_preload_libraries, naming caller';

@@ -162,6 +162,6 @@ COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.
 COMMENT ON FUNCTION @extschema@.advlock_fence_guard() IS
   'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token or changes the key';
 COMMENT ON FUNCTION @extschema@.advlock_lease_check(pg_catalog.int8) IS
-  'advlock: in a write transaction, raise LK002 when lease is no longer held (released, expired, ended by a restart); returns its expires_at otherwise; needs shared_preload_libraries';
+  'advlock: in a write transaction, raise LK002 when lease is no longer held (released, expired, or its grant lost in a failover); returns its expires_at otherwise; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_lease_expiry(pg_catalog.int8, pg_catalog.text) IS
   'advlock (internal, behind advlock_lease_check; may change): expires_at of lease while an entry of the lease table holds it (possibly past), else NULL; needs shared_preload_libraries, naming caller';

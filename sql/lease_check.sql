@@ -21,7 +21,7 @@ BEGIN
     IF expires IS NULL THEN
         RAISE EXCEPTION 'lease % is not held', lease
             USING ERRCODE = 'LK002',
-                  DETAIL = 'No lease with this id is held in this database: it was released, or it expired and was taken over, or a restart ended it (or it was never taken here).',
+                  DETAIL = 'No lease with this id is held in this database: it was released, or it expired and was taken over, or a failover lost its grant (or it was never taken here).',
                   HINT = 'Roll back and stop writing: another holder may have the key now. Take a new lease to go on.';
     END IF;
     IF expires <= clock_timestamp() THEN

@@ -23,6 +23,15 @@ pub static MAX_NAMESPACES: GucSetting<i32> = GucSetting::<i32>::new(256);
 /// Preloaded only: leases (held and being granted) in shared memory, for all databases.
 pub static MAX_LEASES: GucSetting<i32> = GucSetting::<i32>::new(1024);
 
+/// Preloaded only: after a promotion, no lease is granted for this long (ms), so that a lease
+/// the old primary granted in WAL this server never received ends first (its holder's renewals
+/// fail). 0, the default: nothing is lost at a switchover or with synchronous replication.
+pub static LEASE_LOCK_DELAY_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
+
+/// Preloaded only: the id of advlock's WAL resource manager (src/preload/lease_wal.rs).
+pub static WAL_RMGR_ID: GucSetting<i32> =
+    GucSetting::<i32>::new(crate::preload::lease_wal::DEFAULT_RMGR_ID);
+
 /// `preloading`: called from shared_preload_libraries, the only time capacity settings
 /// (postmaster context) may be defined.
 pub fn init(preloading: bool) {
@@ -82,6 +91,26 @@ pub fn init(preloading: bool) {
             &MAX_LEASES,
             1,
             1_000_000,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
+        GucRegistry::define_int_guc(
+            c"advlock.lease_lock_delay",
+            c"After a standby is promoted, no lease is granted until this much time has passed; 0 is off.",
+            c"With asynchronous replication a grant made just before a failover can be lost with the WAL the standby never received; set this to the longest lease TTL in use, so that such a lease's holder sees its renewals fail before anyone else is granted.",
+            &LEASE_LOCK_DELAY_MS,
+            0,
+            i32::MAX,
+            GucContext::Sighup,
+            GucFlags::UNIT_MS,
+        );
+        GucRegistry::define_int_guc(
+            c"advlock.wal_rmgr_id",
+            c"Id of the WAL resource manager advlock logs leases with (129-255).",
+            c"Change it only when another extension registers the same id; a standby must use the primary's value.",
+            &WAL_RMGR_ID,
+            129,
+            255,
             GucContext::Postmaster,
             GucFlags::default(),
         );

@@ -13,7 +13,9 @@
 //! `pg_advisory_lock(42)`. PostgreSQL's lock manager ties every lock to the process that holds it
 //! and cannot hand a held lock to another process, nor wait for "any one of N" locks, so leases
 //! are kept in advlock's shared memory (`preload::leases`) and need the library preloaded, like
-//! pg_stat_statements. A restart or crash ends every lease (tokens still never go back).
+//! pg_stat_statements. Leases are logged in the WAL (`preload::lease_wal`): a crash, a restart
+//! and the promotion of a standby keep them, each live again until at least its TTL after the
+//! server came back.
 //!
 //! Who may renew or release: the lease's role and its members (`has_privs_of_role`), as for
 //! `pg_cancel_backend`. A lease id alone does not let another role end it.
@@ -23,6 +25,7 @@ use crate::fencing;
 use crate::lock_request::{key_forms, timeout, Target};
 use crate::lockmgr;
 use crate::preload::labels::{self, LABEL_BYTES};
+use crate::preload::lease_wal;
 use crate::preload::leases::{self as table, Ended, Grant, Renewal};
 use crate::preload::shmem;
 use crate::server_text::{ServerText, ServerTextOut};
@@ -191,7 +194,7 @@ pub(crate) fn take(
         let (label_len, _) = labels::label_text(&target, &mut label);
         // SAFETY: a backend-local global (the current user).
         let role = unsafe { pg_sys::GetUserId() }.to_u32();
-        table::with_table(true, |t| {
+        let grant_end = table::with_table(true, |t| {
             t.confirm(
                 waiter,
                 Grant {
@@ -204,8 +207,13 @@ pub(crate) fn take(
                 },
                 backend::now(),
             )
-        });
+        })
+        .expect("the lease table exists");
         crate::provisional::lease_taken(id);
+        // The grant is as durable as a commit (by synchronous_commit: flushed, and on the
+        // synchronous standbys) before the id reaches the client: a crash or a failover keeps
+        // the lease.
+        lease_wal::flush_grant(grant_end);
         Some(id)
     })
     .catch_others(|error| {
@@ -274,7 +282,12 @@ fn wait_for_grant(waiter: usize, database: u32, key: i64, deadline: i64) -> Opti
             } else {
                 None
             };
-            (reserved, next_expiry)
+            // Every waiter looks again when the lock delay after a promotion ends.
+            let wake_at = match (next_expiry, t.grants_paused_until(now)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            (reserved, wake_at)
         })
         .expect("the lease table exists");
         if reserved.is_some() {
@@ -332,11 +345,26 @@ pub(crate) fn require_leases(function: &str) {
     }
 }
 
+/// Renewing and releasing change a lease, which only the primary does (and logs): refused on a
+/// hot standby, whose table follows the primary's by replay.
+fn require_primary(function: &str) {
+    if lockmgr::in_recovery() {
+        Report::new(
+            PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+            format!("{function} cannot run on a hot standby"),
+        )
+        .detail("A standby's leases are the primary's, replayed from its WAL; they change only there.")
+        .hint("Renew and release leases on the primary; advlock_leases, advlock_leader and advlock_observe_leader work on a standby.")
+        .raise();
+    }
+}
+
 #[pg_extern(name = "advlock_lease_renew", volatile, parallel_unsafe)]
 fn lease_renew(lease: Option<i64>, ttl_ms: Option<i32>) -> bool {
     let id = required(lease, RENEW, "lease");
     let ttl_ms = ttl(ttl_ms, RENEW);
     require_leases(RENEW);
+    require_primary(RENEW);
     let Some(role) = owner_of(id) else {
         return false;
     };
@@ -364,6 +392,7 @@ fn lease_release(lease: Option<i64>) -> bool {
 /// had already ended.
 pub(crate) fn release_lease(function: &str, id: i64) -> bool {
     require_leases(function);
+    require_primary(function);
     let Some(role) = owner_of(id) else {
         return false;
     };
@@ -386,9 +415,9 @@ key_forms! {
 
 /// The expiry of lease `lease` of this database while an entry holds it: its `expires_at`, in
 /// the past for a lease that expired and that nobody has freed yet; NULL when no entry holds it
-/// (released, freed after its expiry, ended by a restart, or never taken). The feed of
-/// `advlock_lease_check` (sql/lease_check.sql), which raises LK002 (a code pgrx cannot raise);
-/// `caller` is the function the preload error names.
+/// (released, freed after its expiry, lost in a crash window or a failover, or never taken).
+/// The feed of `advlock_lease_check` (sql/lease_check.sql), which raises LK002 (a code pgrx
+/// cannot raise); `caller` is the function the preload error names.
 #[pg_extern(volatile, parallel_restricted)]
 fn advlock_lease_expiry(
     lease: Option<i64>,

@@ -3,12 +3,16 @@
 //!
 //! Locking: one LWLock (`shmem::lwlock(shmem::LEASES_LOCK)`) guards everything here, taken
 //! exclusively to change anything and shared to read (the views, an observer that only looks).
-//! Nothing under it waits or raises (two paths, `free_entry` and `forget_backend`, collect the
-//! keys to settle in a `Vec`: Rust's allocator, not palloc, so no ERROR under the lock): each
-//! operation is a bounded scan of fixed arrays, sized at server start by `advlock.max_leases`
-//! and `MaxBackends` (one waiter entry per backend: a backend waits for at most one lease at a
-//! time). That is also why this is not pgrx's `PgLwLock<T>`/`pg_shmem_init!`:
+//! Nothing under it waits for another backend or raises (two paths, `free_entry` and
+//! `forget_backend`, collect the keys to settle in a `Vec`: Rust's allocator, not palloc, so no
+//! ERROR under the lock): each operation is a bounded scan of fixed arrays, sized at server
+//! start by `advlock.max_leases` and `MaxBackends` (one waiter entry per backend: a backend waits
+//! for at most one lease at a time). That is also why this is not pgrx's
+//! `PgLwLock<T>`/`pg_shmem_init!`:
 //! those hold a type whose size is known at compile time, and these arrays are sized by settings.
+//! The one exception is WAL insertion (`lease_wal`): a change to a held lease is logged under the
+//! lock, so that the WAL's order is the table's, and may wait for WAL buffer space as a heap
+//! change under a buffer lock does; the grant's flush waits after the lock is released.
 //!
 //! Grants: `settle` is the only place a lease is granted. It runs whenever a key's holders or
 //! waiters may have changed (a wait begins or ends, a lease is released, renewed too late or
@@ -26,8 +30,10 @@
 //! observer itself also wakes at the leader's expiry and settles the key, so an expiry that
 //! nobody else notices still ends the term on time.
 use crate::backend;
+use crate::preload::lease_wal::{self, Reader};
 use crate::preload::shmem;
 use pgrx::pg_sys;
+use pgrx::prelude::*;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 pub const APP_NAME_BYTES: usize = 64;
@@ -52,6 +58,12 @@ struct Header {
     waiter_capacity: u32,
     next_ticket: u64,
     counters: Counters,
+    /// Where the last snapshot record ended (`lease_wal`): a checkpoint whose redo pointer is
+    /// past it makes the next logged change log a new one. 0: none since the table was
+    /// (re)built, so the next change logs one.
+    last_snapshot_end: u64,
+    /// After a promotion with `advlock.lease_lock_delay`: no lease is granted before this.
+    grants_paused_until: i64,
 }
 
 /// Totals since the server started, for `advlock_lease_stats`.
@@ -179,6 +191,117 @@ impl Lease {
     }
 }
 
+/// A held lease as the WAL and the state file carry it (`lease_wal`): everything but the backend
+/// that took or last renewed it (its pid and proc number name a process of the server that
+/// logged it; a restored lease shows pid 0 until its holder renews it here).
+pub struct Image<'a> {
+    pub database: u32,
+    pub key: i64,
+    pub slots: u32,
+    pub id: i64,
+    pub role: u32,
+    pub ttl_ms: i32,
+    pub granted_at: i64,
+    pub expires_at: i64,
+    pub renewed_at: i64,
+    pub app: &'a [u8],
+    pub label: &'a [u8],
+    pub candidate: &'a [u8],
+}
+
+impl<'a> Image<'a> {
+    fn of(l: &'a Lease) -> Self {
+        Image {
+            database: l.database,
+            key: l.key,
+            slots: l.slots,
+            id: l.id,
+            role: l.role,
+            ttl_ms: l.ttl_ms,
+            granted_at: l.granted_at,
+            expires_at: l.expires_at,
+            renewed_at: l.renewed_at,
+            app: l.app(),
+            label: l.label(),
+            candidate: l.candidate(),
+        }
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.database.to_le_bytes());
+        out.extend_from_slice(&self.key.to_le_bytes());
+        out.extend_from_slice(&self.slots.to_le_bytes());
+        out.extend_from_slice(&self.id.to_le_bytes());
+        out.extend_from_slice(&self.role.to_le_bytes());
+        out.extend_from_slice(&self.ttl_ms.to_le_bytes());
+        out.extend_from_slice(&self.granted_at.to_le_bytes());
+        out.extend_from_slice(&self.expires_at.to_le_bytes());
+        out.extend_from_slice(&self.renewed_at.to_le_bytes());
+        for text in [self.app, self.label, self.candidate] {
+            out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+            out.extend_from_slice(text);
+        }
+    }
+
+    pub fn decode(r: &mut Reader<'a>) -> Option<Self> {
+        let (database, key, slots, id) = (r.u32()?, r.i64()?, r.u32()?, r.i64()?);
+        let (role, ttl_ms) = (r.u32()?, r.i32()?);
+        let (granted_at, expires_at, renewed_at) = (r.i64()?, r.i64()?, r.i64()?);
+        let mut text = |max: usize| {
+            let len = r.u32()? as usize;
+            (len <= max).then_some(())?;
+            r.take(len)
+        };
+        let (app, label, candidate) = (
+            text(APP_NAME_BYTES)?,
+            text(LABEL_BYTES)?,
+            text(CANDIDATE_BYTES)?,
+        );
+        (slots > 0 && ttl_ms > 0).then_some(Image {
+            database,
+            key,
+            slots,
+            id,
+            role,
+            ttl_ms,
+            granted_at,
+            expires_at,
+            renewed_at,
+            app,
+            label,
+            candidate,
+        })
+    }
+
+    /// The lease entry this image describes.
+    fn lease(&self) -> Lease {
+        let mut l = Lease {
+            state: State::Held,
+            database: self.database,
+            key: self.key,
+            slots: self.slots,
+            id: self.id,
+            role: self.role,
+            ttl_ms: self.ttl_ms,
+            granted_at: self.granted_at,
+            expires_at: self.expires_at,
+            renewed_at: self.renewed_at,
+            pid: 0,
+            procno: NONE,
+            app_len: 0,
+            app: [0; APP_NAME_BYTES],
+            label_len: 0,
+            label: [0; LABEL_BYTES],
+            candidate_len: 0,
+            candidate: [0; CANDIDATE_BYTES],
+        };
+        l.app_len = copy_clipped(&mut l.app, self.app);
+        l.label_len = copy_clipped(&mut l.label, self.label);
+        l.candidate_len = copy_clipped(&mut l.candidate, self.candidate);
+        l
+    }
+}
+
 /// A backend waiting for the leader of a key to change (`crate::election`).
 #[repr(C)]
 struct Observer {
@@ -275,7 +398,21 @@ unsafe fn shmem_attach() {
             (*header).waiter_capacity = waiters as u32;
         }
         TABLE.store(header, Ordering::Release);
+        if !pg_sys::IsUnderPostmaster {
+            // The postmaster, creating the table at start or after a crash: the leases it saved
+            // when it last exited normally (a crash that kills it or its children saves none:
+            // recovery replays them from the WAL), and the saving at its own exit (`lease_wal`).
+            if !found {
+                lease_wal::read_state_file();
+            }
+            pg_sys::on_shmem_exit(Some(save_at_exit), pg_sys::Datum::from(0));
+        }
     }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn save_at_exit(code: i32, _arg: pg_sys::Datum) {
+    lease_wal::write_state_file(code);
 }
 
 /// The table, with the lock held for as long as it lives. Its entries are reached only through
@@ -286,6 +423,9 @@ pub struct Table {
     waiters: &'static mut [Waiter],
     observers: &'static mut [Observer],
     exclusive: bool,
+    /// In recovery (a hot standby, or the startup process replaying): held leases change only
+    /// by replay, nothing is logged, granted, renewed or expired here.
+    replica: bool,
 }
 
 /// Whether the table exists (advlock is preloaded).
@@ -305,13 +445,28 @@ pub fn with_table<R>(exclusive: bool, f: impl FnOnce(&mut Table) -> R) -> Option
     } else {
         pg_sys::LWLockMode::LW_SHARED
     };
-    // SAFETY: the header was attached in shmem_attach and lives as long as the process; the
-    // arrays follow it with the capacities it records. The LWLock serialises every access: the
-    // slices are handed out only while it is held (shared: read only, by contract of `f`).
-    // LWLockAcquire holds off interrupts until LWLockRelease, and an ERROR inside `f` (none is
-    // raised here) would release it in AbortTransaction.
+    let replica = lease_wal::is_replica();
+    // SAFETY: the LWLock serialises every access: the table is handed out only while it is
+    // held (shared: read only, by contract of `f`). LWLockAcquire holds off interrupts until
+    // LWLockRelease, and an ERROR inside `f` would release it in AbortTransaction.
     unsafe {
         pg_sys::LWLockAcquire(lock, mode);
+        let mut table = table_at(header, exclusive, replica);
+        let result = f(&mut table);
+        pg_sys::LWLockRelease(lock);
+        Some(result)
+    }
+}
+
+/// The table's arrays behind `header`.
+///
+/// # Safety
+/// `header` was attached in shmem_attach (it lives as long as the process, the arrays follow it
+/// with the capacities it records), and the caller holds the table's lock or is alone (the
+/// postmaster at start and at exit).
+unsafe fn table_at(header: *mut Header, exclusive: bool, replica: bool) -> Table {
+    // SAFETY: see the function contract.
+    unsafe {
         let leases_ptr = header.cast::<u8>().add(size_of::<Header>()).cast::<Lease>();
         let leases = core::slice::from_raw_parts_mut(leases_ptr, (*header).lease_capacity as usize);
         let waiters_ptr = leases_ptr.add(leases.len()).cast::<Waiter>();
@@ -320,17 +475,45 @@ pub fn with_table<R>(exclusive: bool, f: impl FnOnce(&mut Table) -> R) -> Option
         let observers_ptr = waiters_ptr.add(waiters.len()).cast::<Observer>();
         let observers =
             core::slice::from_raw_parts_mut(observers_ptr, (*header).waiter_capacity as usize);
-        let mut table = Table {
+        Table {
             header,
             leases,
             waiters,
             observers,
             exclusive,
-        };
-        let result = f(&mut table);
-        pg_sys::LWLockRelease(lock);
-        Some(result)
+            replica,
+        }
     }
+}
+
+/// The postmaster's view of the table, with no other process alive: at start (after the
+/// table was created) and at exit.
+fn alone<R>(f: impl FnOnce(&mut Table) -> R) -> Option<R> {
+    let header = TABLE.load(Ordering::Acquire);
+    if header.is_null() {
+        return None;
+    }
+    // SAFETY: the header is attached, and no other process uses the table (the contract of
+    // this function's callers: `restore_unlocked`, `snapshot_unlocked`).
+    let mut table = unsafe { table_at(header, true, true) };
+    Some(f(&mut table))
+}
+
+/// At server start, in the postmaster (`lease_wal::read_state_file`): the leases of the state
+/// file, live until at least `now` + their TTL.
+pub fn restore_unlocked(images: &[Image], now: i64) {
+    alone(|t| {
+        t.restore_snapshot(images, 0);
+        t.promote(now, 0);
+    });
+}
+
+/// At the postmaster's exit (`lease_wal::write_state_file`): `encode` applied to every held
+/// lease.
+pub fn snapshot_unlocked<R>(
+    encode: impl FnOnce(&mut dyn Iterator<Item = Image<'_>>) -> R,
+) -> Option<R> {
+    alone(|t| encode(&mut t.held_images()))
 }
 
 impl Table {
@@ -447,6 +630,10 @@ impl Table {
     /// Grants what can be granted on `key` (see the module comment). Returns whether a free
     /// slot of the key could not be reserved because the lease table is full.
     pub fn settle(&mut self, database: u32, key: i64, now: i64) -> bool {
+        if self.replica {
+            // A standby's leases end only by replay; nobody is granted one there.
+            return false;
+        }
         // One pass over the key's leases: free the expired and those reserved for a vanished
         // waiter (defensive: exit callbacks remove those), count the rest.
         let (mut live, mut slots, mut expired, mut terms_expired) = (0u32, None, 0u64, 0u64);
@@ -457,6 +644,7 @@ impl Table {
             }
             if l.has_expired(now) {
                 l.state = State::Free;
+                lease_wal::log_end(l.database, l.id);
                 expired += 1;
                 terms_expired += u64::from(l.is_term());
             } else if l.state == State::Pending && !backend::backend_alive(l.procno, l.pid) {
@@ -473,6 +661,9 @@ impl Table {
             // The key's holders changed: its observers look again.
             self.wake_observers(database, key);
         }
+        if expired > 0 {
+            self.snapshot_if_due();
+        }
         for w in self.waiters.iter_mut() {
             if w.pid == 0 || w.database != database || w.key != key {
                 continue;
@@ -487,6 +678,10 @@ impl Table {
         let Some(slots) = slots else {
             return false;
         };
+        if self.grants_paused_until(now).is_some() {
+            // The lock delay after a promotion: the waiters wake when it ends.
+            return false;
+        }
         while live < slots {
             let Some(next) = self
                 .waiters
@@ -551,6 +746,7 @@ impl Table {
         for l in self.leases.iter_mut() {
             if l.has_expired(now) {
                 l.state = State::Free;
+                lease_wal::log_end(l.database, l.id);
                 expired += 1;
                 if l.is_term() {
                     terms_expired += 1;
@@ -562,6 +758,9 @@ impl Table {
         self.counters_mut().terms_expired += terms_expired;
         for (database, key) in keys {
             self.wake_observers(database, key);
+        }
+        if expired > 0 {
+            self.snapshot_if_due();
         }
         self.leases.iter().position(|l| l.state == State::Free)
     }
@@ -584,8 +783,10 @@ impl Table {
         })
     }
 
-    /// Turns the reservation of `waiter` into a held lease with its token.
-    pub fn confirm(&mut self, waiter: usize, grant: Grant, now: i64) {
+    /// Turns the reservation of `waiter` into a held lease with its token, and logs the grant:
+    /// returns the WAL position to flush (`lease_wal::flush`, outside the lock) before the id
+    /// reaches the client.
+    pub fn confirm(&mut self, waiter: usize, grant: Grant, now: i64) -> u64 {
         let index = self.waiters[waiter].reserved as usize;
         self.dequeue_keeping(waiter);
         let l = &mut self.leases[index];
@@ -598,12 +799,15 @@ impl Table {
         l.label_len = copy_clipped(&mut l.label, grant.label);
         l.candidate_len = copy_clipped(&mut l.candidate, grant.candidate);
         let (database, key, term) = (l.database, l.key, l.is_term());
+        let lsn = lease_wal::log_grant(&Image::of(l));
         self.counters_mut().granted += 1;
         if term {
             self.counters_mut().terms_started += 1;
         }
         // A new holder: the key's observers see the new term.
         self.wake_observers(database, key);
+        self.snapshot_if_due();
+        lsn
     }
 
     fn dequeue_keeping(&mut self, waiter: usize) {
@@ -645,6 +849,8 @@ impl Table {
         l.procno = me.procno;
         l.app_len = copy_clipped(&mut l.app, app);
         let earlier = l.expires_at < before;
+        lease_wal::log_renewal(database, id, ttl_ms, l.renewed_at, l.expires_at);
+        self.snapshot_if_due();
         self.counters_mut().renewed += 1;
         // A shorter TTL moves the next expiry earlier: the key's oldest waiter recomputes, and
         // so do its observers (they wake at the leader's expiry).
@@ -671,6 +877,8 @@ impl Table {
         let l = &mut self.leases[index];
         let (database, key, term, expired) = (l.database, l.key, l.is_term(), l.has_expired(now));
         l.state = State::Free;
+        lease_wal::log_end(database, l.id);
+        self.snapshot_if_due();
         if expired {
             self.counters_mut().expired += 1;
             if term {
@@ -689,6 +897,122 @@ impl Table {
         } else {
             Ended::Released
         }
+    }
+
+    /// After a logged change: a snapshot of every held lease when a checkpoint began since the
+    /// last one (see `lease_wal`), so that replay from that checkpoint finds them all.
+    /// Returns the snapshot record's end when one was logged.
+    pub fn snapshot_if_due(&mut self) -> Option<u64> {
+        // SAFETY: the header is valid and exclusively locked.
+        let last = unsafe { (*self.header).last_snapshot_end };
+        if self.replica || !lease_wal::snapshot_due(last) {
+            return None;
+        }
+        // An empty table needs no record: replay after a crash starts from an empty table.
+        let logged = if self.held_images().next().is_none() {
+            None
+        } else {
+            Some(lease_wal::log_snapshot(self.held_images()))
+        };
+        let end = logged.unwrap_or_else(lease_wal::insert_position);
+        // SAFETY: as above.
+        unsafe { (*self.header).last_snapshot_end = end };
+        logged
+    }
+
+    /// Every held lease (live or expired but not freed yet), as the WAL carries it.
+    fn held_images(&self) -> impl Iterator<Item = Image<'_>> {
+        self.leases
+            .iter()
+            .filter(|l| l.state == State::Held)
+            .map(Image::of)
+    }
+
+    /// Redo of a grant (or one lease of a snapshot): the lease held as the record says. None
+    /// when no entry is free (a standby with a smaller `advlock.max_leases`).
+    pub fn restore(&mut self, image: &Image) -> Option<()> {
+        let index = match self.find(image.database, image.id) {
+            Some(index) => index,
+            None => self.leases.iter().position(|l| l.state == State::Free)?,
+        };
+        self.leases[index] = image.lease();
+        self.wake_observers(image.database, image.key);
+        Some(())
+    }
+
+    /// Redo of a renewal; nothing when the lease is not held (its grant came before a snapshot
+    /// that did not have it any more).
+    pub fn restore_renewal(
+        &mut self,
+        database: u32,
+        id: i64,
+        ttl_ms: i32,
+        renewed_at: i64,
+        expires_at: i64,
+    ) {
+        if let Some(index) = self.find(database, id) {
+            let l = &mut self.leases[index];
+            (l.ttl_ms, l.renewed_at, l.expires_at) = (ttl_ms, renewed_at, expires_at);
+            let key = l.key;
+            self.wake_observers(database, key);
+        }
+    }
+
+    /// Redo of an end (release, resignation, expiry).
+    pub fn restore_end(&mut self, database: u32, id: i64) {
+        if let Some(index) = self.find(database, id) {
+            self.leases[index].state = State::Free;
+            let key = self.leases[index].key;
+            self.wake_observers(database, key);
+        }
+    }
+
+    /// Redo of a snapshot: the held leases are exactly `images`. `end` is where the record ended
+    /// (0 for the state file): a checkpoint before it needs no new snapshot after promotion.
+    pub fn restore_snapshot(&mut self, images: &[Image], end: u64) -> Option<()> {
+        for i in 0..self.leases.len() {
+            if self.leases[i].state == State::Held {
+                self.leases[i].state = State::Free;
+                let (database, key) = (self.leases[i].database, self.leases[i].key);
+                self.wake_observers(database, key);
+            }
+        }
+        for image in images {
+            self.restore(image)?;
+        }
+        // SAFETY: the header is valid and exclusively locked (or the postmaster is alone).
+        unsafe { (*self.header).last_snapshot_end = end };
+        Some(())
+    }
+
+    /// The end of recovery (a crash restart, a promotion) or a start from the state file: every
+    /// held lease is live again until at least `now` + its TTL, as etcd's lessor.Promote does,
+    /// so that its holder, who could not renew while the server was down or changing, can now.
+    /// `lock_delay` (microseconds, after a promotion): no lease is granted before it passed,
+    /// since the old primary may have granted leases whose WAL never reached this server. The
+    /// next logged change logs a snapshot (this server's next crash recovery may begin after
+    /// every record replayed here).
+    pub fn promote(&mut self, now: i64, lock_delay: i64) {
+        for i in 0..self.leases.len() {
+            let l = &mut self.leases[i];
+            if l.state == State::Held {
+                l.expires_at = l.expires_at.max(now + backend::ms_to_us(l.ttl_ms));
+                let (database, key) = (l.database, l.key);
+                self.wake_observers(database, key);
+            }
+        }
+        // SAFETY: the header is valid and exclusively locked (or the postmaster is alone).
+        unsafe {
+            (*self.header).last_snapshot_end = 0;
+            (*self.header).grants_paused_until = if lock_delay > 0 { now + lock_delay } else { 0 };
+        }
+    }
+
+    /// The end of the lock delay after a promotion, while it runs.
+    pub fn grants_paused_until(&self, now: i64) -> Option<i64> {
+        // SAFETY: the header is valid while the lock is held.
+        let until = unsafe { (*self.header).grants_paused_until };
+        (until > now).then_some(until)
     }
 
     pub fn count_timed_out(&mut self) {

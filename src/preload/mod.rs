@@ -5,6 +5,7 @@
 //! `init` hands them to `shmem` when the library is preloaded. Without preload nothing is
 //! requested, recording is a no-op, and the statistics and lease functions raise 55000.
 pub mod labels;
+pub mod lease_wal;
 pub mod leases;
 pub mod shmem;
 pub mod stats;
@@ -15,6 +16,8 @@ pub fn init() -> bool {
     let preloading = shmem::preloading();
     if preloading {
         shmem::install_hooks(&[labels::SEGMENT, stats::SEGMENT, leases::SEGMENT]);
+        lease_wal::register(crate::gucs::WAL_RMGR_ID.get());
+        lease_wal::register_snapshot_worker();
     }
     preloading
 }

@@ -132,6 +132,13 @@ DROP ROLE advlock_regress_nobody;
 SELECT name, context FROM pg_settings WHERE name LIKE 'advlock.max%' ORDER BY name;
 SET advlock.max_labels = 10;
 
+-- Leases in the WAL (docs/reliability.md): advlock's resource manager, and its settings (the
+-- lock delay is read at a promotion, from postgresql.conf).
+SELECT rm_id, rm_name FROM pg_get_wal_resource_managers() WHERE NOT rm_builtin;
+SELECT name, setting, unit, context FROM pg_settings
+ WHERE name IN ('advlock.lease_lock_delay', 'advlock.wal_rmgr_id') ORDER BY name;
+SET advlock.lease_lock_delay = '1s';
+
 -- Full label table: locks are still taken, the overflow is counted, nothing blocks.
 CREATE TEMP TABLE before AS SELECT * FROM advlock_stats_info;
 SELECT labels_in_use FROM before;
