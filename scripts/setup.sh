@@ -6,7 +6,8 @@
 # promtool and postgres_exporter (bookworm's prometheus packages, for the monitoring suite), the
 # packaging tools (lintian, a bookworm glibc sysroot to link against), the release tools (apt-utils, gnupg, debootstrap),
 # cargo-pgrx 0.18.1, `cargo pgrx init` for every major, and a
-# Python virtual environment for the real-driver suites, and Ruby with ruby-pg, ActiveRecord,
+# Python virtual environment for the real-driver suites, Patroni 4.1 in a venv of its own
+# (pg_test/failover), and Ruby with ruby-pg, ActiveRecord,
 # minitest and RuboCop (the Ruby client, clients/ruby).
 # ADVLOCK_PG_MAJORS="15 17" (space separated) limits the majors; the default major
 # (ADVLOCK_DEFAULT_MAJOR in scripts/majors.sh) is always set up.
@@ -138,6 +139,20 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/n
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check -r "${reqs[0]}" -r "${reqs[1]}"
   echo "$stamp" >"$venv/.requirements.sha256"
+fi
+# pg_test/failover/run.sh: Patroni with its built-in Raft DCS (pysyncobj; no etcd) runs as the
+# `postgres` user, so its venv is made with the system python3 (a venv of another user's Python
+# would not run for postgres) at a fixed path everyone may read. Rebuilt when the pin changes.
+patroni_venv=/opt/advlock-patroni/venv
+patroni_reqs="$repo/pg_test/failover/requirements.txt"
+patroni_stamp=$(sha256sum "$patroni_reqs" | cut -d' ' -f1)
+if [ ! -x "$patroni_venv/bin/patroni" ] || [ "$(cat "$patroni_venv/.requirements.sha256" 2>/dev/null)" != "$patroni_stamp" ]; then
+  log "creating the Patroni venv $patroni_venv from pg_test/failover/requirements.txt"
+  as_root rm -rf "$patroni_venv"
+  as_root /usr/bin/python3 -m venv "$patroni_venv"
+  as_root "$patroni_venv/bin/pip" install -q --disable-pip-version-check -r "$patroni_reqs"
+  echo "$patroni_stamp" | as_root tee "$patroni_venv/.requirements.sha256" >/dev/null
+  as_root chmod -R a+rX "$(dirname "$patroni_venv")"
 fi
 for major in "${majors[@]}"; do
   log "ready: PostgreSQL $("$(pg_config_for "$major")" --version | awk '{print $2}') ($(major_source "$major"))"
