@@ -140,19 +140,19 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/n
   "$venv/bin/pip" install -q --disable-pip-version-check -r "${reqs[0]}" -r "${reqs[1]}"
   echo "$stamp" >"$venv/.requirements.sha256"
 fi
-# pg_test/failover/run.sh: Patroni with its built-in Raft DCS (pysyncobj; no etcd) runs as the
-# `postgres` user, so its venv is made with the system python3 (a venv of another user's Python
-# would not run for postgres) at a fixed path everyone may read. Rebuilt when the pin changes.
-patroni_venv=/opt/advlock-patroni/venv
-patroni_reqs="$repo/pg_test/failover/requirements.txt"
+# Patroni for pg_test/failover/test_patroni.py, in a venv of the system python3 outside /root so
+# that the postgres user can run it (Patroni starts PostgreSQL as itself). Rebuilt when its
+# requirements change.
+patroni_venv=/opt/advlock-patroni
+patroni_reqs="$repo/pg_test/failover/requirements-patroni.txt"
 patroni_stamp=$(sha256sum "$patroni_reqs" | cut -d' ' -f1)
 if [ ! -x "$patroni_venv/bin/patroni" ] || [ "$(cat "$patroni_venv/.requirements.sha256" 2>/dev/null)" != "$patroni_stamp" ]; then
-  log "creating the Patroni venv $patroni_venv from pg_test/failover/requirements.txt"
-  as_root rm -rf "$patroni_venv"
-  as_root /usr/bin/python3 -m venv "$patroni_venv"
-  as_root "$patroni_venv/bin/pip" install -q --disable-pip-version-check -r "$patroni_reqs"
-  echo "$patroni_stamp" | as_root tee "$patroni_venv/.requirements.sha256" >/dev/null
-  as_root chmod -R a+rX "$(dirname "$patroni_venv")"
+  log "creating the Patroni venv $patroni_venv from pg_test/failover/requirements-patroni.txt"
+  rm -rf "$patroni_venv"
+  /usr/bin/python3 -m venv "$patroni_venv"
+  "$patroni_venv/bin/pip" install -q --disable-pip-version-check -r "$patroni_reqs"
+  echo "$patroni_stamp" >"$patroni_venv/.requirements.sha256"
+  chmod -R a+rX "$patroni_venv"
 fi
 for major in "${majors[@]}"; do
   log "ready: PostgreSQL $("$(pg_config_for "$major")" --version | awk '{print $2}') ($(major_source "$major"))"

@@ -16,13 +16,13 @@
 # ADVLOCK_FAILOVER_BASE_PORT: the first of the 20 ports used (default 5780: PostgreSQL base+1,
 #   base+2; Raft base+3 (witness), base+4, base+5; REST API base+11, base+12).
 # ADVLOCK_FAILOVER_KEEP=1: keep the work directory (logs, data) after a successful run too.
-# Needs scripts/setup.sh's Patroni venv (/opt/advlock-patroni/venv) and pg_test/.venv.
+# Needs scripts/setup.sh's Patroni venv (/opt/advlock-patroni) and pg_test/.venv.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 pg_test="$(dirname "$here")"
 . "$here/../instance.sh"   # PG_CONFIG, PGBIN, as_postgres
 
-patroni_venv=/opt/advlock-patroni/venv
+patroni_venv=/opt/advlock-patroni
 summary=${ADVLOCK_SUMMARY:-/dev/null}
 base=${ADVLOCK_FAILOVER_BASE_PORT:-5780}
 scope=advlock-failover
