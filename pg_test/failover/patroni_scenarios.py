@@ -288,7 +288,7 @@ class Contender:
     campaign: bool = False
     ttl_ms: int = HOLD_MS
     granted: tuple[int, datetime.datetime, int] | None = None   # (id, granted_at, port)
-    attempts: int = 0
+    tries: list[tuple[datetime.datetime, int]] = field(default_factory=list)   # (when one ended, port)
 
     def start(self) -> None:
         self.stop = threading.Event()
@@ -305,14 +305,22 @@ class Contender:
             args = (self.key, self.ttl_ms, CONTENDER_WAIT_MS, self.slots)
         while not self.stop.is_set():
             got = self.session.run(
-                f"SELECT l, (SELECT granted_at FROM advlock_leases WHERE lease = l) FROM {take} AS l", args)
+                f"SELECT l, (SELECT granted_at FROM advlock_leases WHERE lease = l), clock_timestamp()"
+                f" FROM {take} AS l", args)
             if got is None:
                 return
-            self.attempts += 1
-            (lease, granted_at), port = got
+            (lease, granted_at, ended), port = got
+            self.tries.append((ended, port))
             if lease is not None:
                 self.granted = (lease, granted_at, port)
                 return
+
+    def tried_on(self, node: str, since: datetime.datetime) -> bool:
+        """Whether an attempt ended on `node` after `since` (this contender was really trying there)."""
+        return any(port == NODES[node]["pg_port"] and at >= since for at, port in self.tries)
+
+    def granted_before(self, moment: datetime.datetime) -> bool:
+        return self.granted is not None and self.granted[1] < moment
 
     def wait_granted(self, timeout: float) -> tuple[int, datetime.datetime, int]:
         self.thread.join(timeout)
@@ -567,6 +575,9 @@ def test_switchover_a_leader_keeps_its_term(switchovers: SwitchoverRun) -> None:
             problems.append(f"no renewal of term {term} returned true on {s.new} after the switchover {s.old} -> {s.new}")
         if not [w for w in run.leader.fenced_writes if w[1] == port and w[0] >= s.writable]:
             problems.append(f"the leader wrote nothing through the fence on {s.new} after the switchover")
+        c = run.contenders["term"]
+        if not c.tried_on(s.new, s.writable) and not c.granted_before(s.writable):
+            problems.append(f"the contender never tried on {s.new} after the switchover {s.old} -> {s.new}")
     if false:
         problems.append(f"the renewal of term {term} returned false on {port_node(false[0].port)} at "
                         f"{false[0].before.time()}: the term ended at the switchover")
@@ -609,6 +620,10 @@ def test_switchover_a_lease_and_a_semaphore_keep_their_holders(switchovers: Swit
         problems.append(f"renewing {r.name} {r.lease} returned false on {port_node(r.port)} at {r.before.time()}")
     expected = {h.leases["lease"]: (KEY_LEASE, 1), h.leases["slot1"]: (KEY_SEM, 2), h.leases["slot2"]: (KEY_SEM, 2)}
     for s in run.switchovers:
+        for name in ("lease", "sem"):
+            c = run.contenders[name]
+            if not c.tried_on(s.new, s.writable) and not c.granted_before(s.writable):
+                problems.append(f"contender-{name} never tried on {s.new} after the switchover {s.old} -> {s.new}")
         held = {i: v for i, v in s.leases_after.items() if v[0] in (KEY_LEASE, KEY_SEM)}
         if held != expected:
             problems.append(f"after the switchover {s.old} -> {s.new} the new primary held {held} "
@@ -741,6 +756,9 @@ def test_node_loss_keeps_leases_until_their_pushed_expiry() -> None:
     figure(f"(d) the idle lease's ({IDLE_TTL_MS} ms) contender was granted {secs(idle_got[1] - promoted)} after the "
            f"promotion, the fresh key's {secs(fresh[1] - promoted)} after it (lock delay {secs(delay)})")
     problems = client_failures(leader, *contenders.values())
+    for c in contenders.values():
+        if not c.tried_on(survivor, promoted):
+            problems.append(f"{c.name} never tried on {survivor} after the promotion")
     if idle not in after:
         problems.append(f"the idle lease {idle} was not on the new primary (its leases there: {after})")
     else:

@@ -226,6 +226,7 @@ skipped = sum(int(s.get("skipped", 0)) for s in suites)
 print(total - failed - skipped, failed)
 PY
 )
+[ ! -f "$work/figures.txt" ] || { echo "failover: measured:"; sed 's/^/  /' "$work/figures.txt"; }
 echo "patroni $passed $failed" >>"$summary"
 echo "failover: patroni: $passed passed, $failed failed ($((SECONDS - t0)) s)"
 status=$rc
