@@ -33,7 +33,8 @@ declare -A raft_port=([node1]=$((base + 4)) [node2]=$((base + 5)))
 declare -A rest_port=([node1]=$((base + 11)) [node2]=$((base + 12)))
 witness_port=$((base + 3))
 
-fail_setup() { echo "failover: $*"; echo "patroni 0 1" >>"$summary"; exit 1; }
+# Every run is counted once: by fail_setup, by the pytest result, or (interrupted) by teardown.
+fail_setup() { echo "failover: $*"; echo "patroni 0 1" >>"$summary"; counted=1; exit 1; }
 [ -x "$patroni_venv/bin/patroni" ] || fail_setup "no Patroni in $patroni_venv: run scripts/setup.sh"
 [ -x "$pg_test/.venv/bin/python" ] || fail_setup "no pg_test/.venv: run scripts/setup.sh"
 [ -f "$("$PG_CONFIG" --pkglibdir)/advlock.so" ] || fail_setup "advlock is not installed into $PG_CONFIG (scripts/install_ext.sh)"
@@ -72,6 +73,7 @@ stop_pid() {
 # shellcheck disable=SC2317  # run by the EXIT trap
 teardown() {
   local node pm pid left=()
+  stop_pid "${pytest_pid:-}" 5; stop_pid "${tail_pid:-}" 1
   # Patroni stops its PostgreSQL on SIGTERM; the pg_ctl after it catches a postmaster it left.
   for node in "${nodes[@]}"; do stop_pid "$(pid_of "$node")" 30; done
   for node in "${nodes[@]}"; do
@@ -84,6 +86,7 @@ teardown() {
     [ "$pid" != $$ ] && alive "$pid" && grep -qsF "$work" "/proc/$pid/cmdline" && left+=("$pid") && kill -KILL "$pid"
   done < <(grep -lsF "$work" /proc/[0-9]*/cmdline)
   [ ${#left[@]} -eq 0 ] || echo "failover: killed processes left behind: ${left[*]}"
+  [ -n "${counted:-}" ] || { echo "patroni 0 1" >>"$summary"; echo "failover: interrupted"; }
   if [ "${status:-1}" -eq 0 ] && [ -z "${ADVLOCK_FAILOVER_KEEP:-}" ]; then rm -rf "$work"
   else rm -rf "$work"/node*/data "$work"/node*/raft "$work/witness-raft"; echo "failover: logs kept in $work"; fi
 }
@@ -209,10 +212,18 @@ json.dump({"scope": "$scope", "dbname": "$dbname", "nodes": nodes, "work": "$wor
 PY
 
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(patroni_scenarios.py)
+# pytest runs in the background and is waited for, so that a SIGINT or SIGTERM of this script
+# interrupts the wait and the teardown (which ends pytest by its pid) runs at once.
+: >"$work/pytest.log"
 (cd "$here" && ADVLOCK_FAILOVER_CLUSTER="$work/cluster.json" PGBIN="$PGBIN" \
-  "$pg_test/.venv/bin/python" -m pytest -q -p no:cacheprovider -o console_output_style=classic \
-  --junitxml="$work/patroni.xml" "${targets[@]}" 2>&1 | tee "$work/pytest.log")
-rc=${PIPESTATUS[0]}
+  exec "$pg_test/.venv/bin/python" -m pytest -q -p no:cacheprovider -o console_output_style=classic \
+  --junitxml="$work/patroni.xml" "${targets[@]}" >"$work/pytest.log" 2>&1) &
+pytest_pid=$!
+tail -n +1 -f --pid="$pytest_pid" "$work/pytest.log" &
+tail_pid=$!
+wait "$pytest_pid"
+rc=$?
+wait "$tail_pid"
 read -r passed failed < <("$pg_test/.venv/bin/python" - "$work/patroni.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET
 try:
@@ -227,7 +238,7 @@ print(total - failed - skipped, failed)
 PY
 )
 [ ! -f "$work/figures.txt" ] || { echo "failover: measured:"; sed 's/^/  /' "$work/figures.txt"; }
-echo "patroni $passed $failed" >>"$summary"
+echo "patroni $passed $failed" >>"$summary"; counted=1
 echo "failover: patroni: $passed passed, $failed failed ($((SECONDS - t0)) s)"
 status=$rc
 [ "$status" -eq 0 ] || show_logs
