@@ -12,7 +12,8 @@ collect it. The scenarios share the cluster and run in file order:
    trying all along. Checked by (a), (b), (c) below.
 2. Node loss: SIGKILL of the leader's Patroni, its postmaster and the postmaster's children, a
    leader renewing through it, a lease nobody renews, contenders. Checked by (d).
-3. The killed node rejoins (Patroni, use_pg_rewind) as a streaming replica.
+3. The killed node rejoins (Patroni, use_pg_rewind) as a streaming replica, and replays the
+   primary's leases (a hot standby shows them read-only).
 
 Every invariant is on server time: each grant, renewal and release carries the server's
 clock_timestamp() (a lower bound taken before the call for ends and renewals; for grants the
@@ -58,7 +59,7 @@ RETRY_PAUSE = 0.1                   # s between reconnection attempts
 POLL_SLACK = datetime.timedelta(milliseconds=250)
 
 KEY_TERM, KEY_LEASE, KEY_SEM, KEY_PROBE = 39_601, 39_602, 39_603, 39_604
-KEY_TERM2, KEY_IDLE, KEY_FRESH = 39_611, 39_612, 39_613
+KEY_TERM2, KEY_IDLE, KEY_FRESH, KEY_REPLAY = 39_611, 39_612, 39_613, 39_614
 IDLE_TTL_MS = 6000
 LEADER2_TTL_MS = 30000              # longer than Patroni's detection (ttl 20 s): the leader's
                                     # renew deadline does not pass while the node is lost
@@ -819,3 +820,30 @@ def test_the_killed_node_rejoins_as_a_replica() -> None:
     figure(f"the killed node {lost} streamed again {time.monotonic() - t0:.1f} s after its Patroni was started")
     timeline = rest(leader, "/patroni")[1].get("timeline")
     wait_for(lambda: rest(lost, "/patroni")[1].get("timeline") == timeline, 30, f"{lost} on timeline {timeline}")
+
+
+def test_the_rejoined_node_replays_leases() -> None:
+    """The rejoined node is a hot standby that replays advlock's WAL: a lease taken on the
+    primary shows there with the same id, key and expiry, renewing it there is refused (25006),
+    and its release on the primary removes it there too."""
+    if not CLUSTER:
+        pytest.fail("ADVLOCK_FAILOVER_CLUSTER is not set: run pg_test/failover/run.sh", pytrace=False)
+    leader = wait_for(primary, 30, "a primary")
+    standby = other(leader)
+    wait_for(lambda: streaming(standby), 60, f"{standby} to stream")
+    replayed = "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn"
+    with connect_node(leader, "failover/replay-holder") as p, connect_node(standby, "failover/replay-reader") as s:
+        lease = one(p, "SELECT advlock_lease(%s::bigint, 30000, 0)", KEY_REPLAY)
+        expires_at = one(p, "SELECT expires_at FROM advlock_leases WHERE lease = %s", lease)
+        lsn = one(p, "SELECT pg_current_wal_insert_lsn()")
+        wait_for(lambda: one(s, replayed, lsn), 10, f"{standby} to replay the grant", interval=0.05)
+        row = s.execute("SELECT lease, key, expires_at FROM advlock_leases WHERE granted AND key = %s::bigint",
+                        (KEY_REPLAY,)).fetchone()
+        assert row == (lease, KEY_REPLAY, expires_at), f"{standby} showed {row}, not lease {lease} until {expires_at}"
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            s.execute("SELECT advlock_lease_renew(%s, 30000)", (lease,))
+        assert one(p, "SELECT advlock_lease_release(%s)", lease) is True
+        lsn = one(p, "SELECT pg_current_wal_insert_lsn()")
+        wait_for(lambda: one(s, replayed, lsn), 10, f"{standby} to replay the release", interval=0.05)
+        after = s.execute("SELECT lease FROM advlock_leases WHERE key = %s::bigint", (KEY_REPLAY,)).fetchall()
+    assert after == [], f"{standby} still showed {after} after the release"
