@@ -5,7 +5,7 @@
 # with advlock in shared_preload_libraries, creates the extension once the leader is up, and runs
 # pg_test/failover/patroni_scenarios.py against it: `patronictl switchover` there and back with a
 # leader, a lease and a semaphore renewed through a multi-host DSN, then node loss (SIGKILL of the
-# leader's Patroni and postmaster) and the killed node's rejoin (pg_rewind).
+# leader's Patroni and postmaster), the killed node's rejoin (pg_rewind) and its replay of leases.
 # Everything is stopped at the end, on failure too. Writes "patroni passed failed" to
 # $ADVLOCK_SUMMARY. The crash/restart/promotion tests without Patroni are `pg_test/run.sh failover`.
 #
