@@ -6,8 +6,9 @@
 # promtool and postgres_exporter (bookworm's prometheus packages, for the monitoring suite), the
 # packaging tools (lintian, a bookworm glibc sysroot to link against), the release tools (apt-utils, gnupg, debootstrap),
 # cargo-pgrx 0.18.1, `cargo pgrx init` for every major, the test command's private copies of
-# every major's tree (scripts/majors.sh, test_tree_ensure) with a PGRX_HOME of their own, and a
-# Python virtual environment for the real-driver suites, and Ruby with ruby-pg, ActiveRecord,
+# every major's tree (scripts/majors.sh, test_tree_ensure) with a PGRX_HOME of their own, a
+# Python virtual environment for the real-driver suites, Patroni 4.1 in a venv of its own
+# (pg_test/failover), and Ruby with ruby-pg, ActiveRecord,
 # minitest and RuboCop (the Ruby client, clients/ruby).
 # ADVLOCK_PG_MAJORS="15 17" (space separated) limits the majors; the default major
 # (ADVLOCK_DEFAULT_MAJOR in scripts/majors.sh) is always set up.
@@ -159,9 +160,9 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/n
   "$venv/bin/pip" install -q --disable-pip-version-check -r "${reqs[0]}" -r "${reqs[1]}"
   echo "$stamp" >"$venv/.requirements.sha256"
 fi
-# Patroni for pg_test/failover/test_patroni.py, in a venv of the system python3 outside /root so
-# that the postgres user can run it (Patroni starts PostgreSQL as itself). Rebuilt when its
-# requirements change.
+# Patroni for pg_test/failover/run.sh (patroni_scenarios.py), in a venv of the system python3
+# outside /root so that the postgres user can run it (Patroni starts PostgreSQL as itself).
+# Rebuilt when its requirements change.
 patroni_venv=/opt/advlock-patroni
 patroni_reqs="$repo/pg_test/failover/requirements-patroni.txt"
 patroni_stamp=$(sha256sum "$patroni_reqs" | cut -d' ' -f1)

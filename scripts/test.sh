@@ -21,6 +21,9 @@
 #      with shared_preload_libraries = 'advlock', and regress once more with tiny label/namespace
 #      capacities (full tables); the monitoring suite (promtool, a real postgres_exporter and
 #      Prometheus) runs plain with the others, then again preloaded
+#   3b. pg_test/failover/run.sh      leases, terms, semaphores and fences under a real Patroni
+#      cluster (a Raft witness and two nodes, advlock preloaded): two switchovers and node loss
+#      with clients on a multi-host DSN, then the killed node's rejoin (counted as patroni)
 #   4. pg_test/fast_loop.sh          CONTRIBUTING.md's fast-loop commands, run as written
 #      pg_test/install/run.sh        scripts/install_ext.sh replacing advlock.so under a running,
 #      preloaded server (which keeps its mapped file and serves on)
@@ -134,6 +137,11 @@ if "$here/install_ext.sh" "$PG_CONFIG" >"$log" 2>&1; then
   ADVLOCK_SUMMARY=$presummary ADVLOCK_TEST_CONF="shared_preload_libraries = 'advlock'" \
     "$repo/pg_test/run.sh" monitoring || status=1
   sed 's/^/preload-/' "$presummary" >>"$summary"
+  # The same extension under Patroni: `patronictl switchover` there and back and the loss of
+  # the primary (SIGKILL), with a leader, a lease and a semaphore renewed through a multi-host
+  # DSN and contenders trying all along; invariants on server time. Counted as patroni.
+  section "leases under a Patroni cluster: switchovers and node loss (pg_test/failover/run.sh)"
+  "$repo/pg_test/failover/run.sh" || status=1
   section "the fast loop (CONTRIBUTING.md), as written"
   "$repo/pg_test/fast_loop.sh" || status=1
   # The install above, again, under a preloaded server holding a lock: the server keeps its
