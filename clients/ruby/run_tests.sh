@@ -98,6 +98,8 @@ run_minitest() {
 }
 run_minitest extension advlock_ruby "$port" "$@"
 run_minitest edition advlock_ruby_edition "$port" "$@"
-[ "$preloaded" -eq 0 ] || run_minitest preloaded advlock_ruby "$port_pre" "$@"
+# The preloaded run may restart its instance (S45: pg_ctl restart -m fast, as the postgres user).
+[ "$preloaded" -eq 0 ] ||
+  ADVLOCK_RB_PRE_DIR="$work/pre" ADVLOCK_RB_PGBIN="$PGBIN" run_minitest preloaded advlock_ruby "$port_pre" "$@"
 report
 [ "$failed" -eq 0 ]

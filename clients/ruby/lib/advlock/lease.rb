@@ -70,19 +70,67 @@ module Advlock
       end
 
       # Yields a PG::Connection borrowed for one statement (waiting at most `timeout` seconds for
-      # it when given).
+      # it when given). A connection that a restart or a failover broke is not lent again as it
+      # is: one a connection error left broken is reconnected before the statement, and one that
+      # failed with a connection error is reconnected when it fails (libpq picks the host again
+      # from a multi-host DSN: the new primary, with target_session_attrs=read-write), so the
+      # next statement, a renewal's retry, runs on a fresh connection of the same pool.
       def borrow(timeout = nil, &block)
+        lend(timeout) do |conn|
+          raw = Source.raw(conn)
+          reconnect(conn) if raw.finished? || raw.status != PG::CONNECTION_OK
+          begin
+            block.call(Source.raw(conn))
+          rescue PG::Error => e
+            reconnect_quietly(conn) if Source.connection_error?(e, Source.raw(conn))
+            raise
+          end
+        end
+      end
+
+      # The errors of a server restarting or failing over: the connection refused, reset or
+      # closed (class 08, or libpq's ConnectionBad / UnableToSend), the server shutting down
+      # (57P01, 57P02) or starting up (57P03), or read-only (25006: a standby, or a new primary
+      # not yet promoted).
+      def self.connection_error?(error, raw)
+        state = SQL.sqlstate(error).to_s
+        error.is_a?(PG::ConnectionBad) || error.is_a?(PG::UnableToSend) || raw.finished? ||
+          raw.status != PG::CONNECTION_OK || state.start_with?("08") || %w[57P01 57P02 57P03 25006].include?(state)
+      end
+
+      def self.raw(conn)
+        conn.is_a?(PG::Connection) ? conn : conn.raw_connection
+      end
+
+      private
+
+      # Yields a connection of the pool: an ActiveRecord connection, or what #with yields.
+      def lend(timeout, &block)
         if @kind == :active_record
           conn = timeout ? @pool.checkout([timeout, 0.001].max) : @pool.checkout
           begin
-            block.call(conn.raw_connection)
+            block.call(conn)
           ensure
             @pool.checkin(conn)
           end
         else
           args = timeout ? { timeout: [timeout, 0.001].max } : {}
-          @pool.with(**args) { |c| block.call(c.is_a?(PG::Connection) ? c : c.raw_connection) }
+          @pool.with(**args, &block)
         end
+      end
+
+      # A new server session on the pooled connection (ActiveRecord's reconnect! also sets the
+      # session up as ActiveRecord does); raises while the server cannot be reached.
+      def reconnect(conn)
+        conn.is_a?(PG::Connection) ? conn.reset : conn.reconnect!
+      end
+
+      # After a failed statement: the statement's error is what the caller sees; a reconnection
+      # that fails too is tried again before the connection's next statement.
+      def reconnect_quietly(conn)
+        reconnect(conn)
+      rescue StandardError
+        nil
       end
     end
 
@@ -309,7 +357,10 @@ module Advlock
         sent_at = now
         begin
           rows = @source.query(RENEW, [@token, @ttl_ms], @deadline - sent_at)
-        rescue StandardError => e # a pool timeout, a lost connection: retry while the lease lasts
+        rescue StandardError => e
+          # Not yet renewed (only a false answer loses the lease): a pool timeout, or the server
+          # restarting or failing over (the lease survives it on the server: the same id is
+          # renewed again on a fresh connection of the pool, see Source#borrow) until the deadline.
           @mutex.synchronize { @last_error = e }
           next
         end
