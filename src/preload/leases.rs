@@ -33,7 +33,6 @@ use crate::backend;
 use crate::preload::lease_wal::{self, Reader};
 use crate::preload::shmem;
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 pub const APP_NAME_BYTES: usize = 64;
@@ -191,7 +190,7 @@ impl Lease {
     }
 }
 
-/// A held lease as the WAL and the state file carry it (`lease_wal`): everything but the backend
+/// A held lease as the WAL and the state file carry it (`lease_wal`, `lease_recovery`): everything but the backend
 /// that took or last renewed it (its pid and proc number name a process of the server that
 /// logged it; a restored lease shows pid 0 until its holder renews it here).
 pub struct Image<'a> {
@@ -359,12 +358,6 @@ impl Waiter {
 
 static TABLE: AtomicPtr<Header> = AtomicPtr::new(core::ptr::null_mut());
 
-/// The shared memory of this feature, for `shmem::install_hooks`.
-pub const SEGMENT: shmem::Segment = shmem::Segment {
-    size: shmem_size,
-    attach: shmem_attach,
-};
-
 fn capacities() -> (usize, usize) {
     let leases = crate::gucs::MAX_LEASES.get().max(1) as usize;
     // SAFETY: MaxBackends is computed before shared memory is requested (PostgreSQL 15+).
@@ -372,7 +365,7 @@ fn capacities() -> (usize, usize) {
     (leases, backends)
 }
 
-fn shmem_size() -> usize {
+pub fn shmem_size() -> usize {
     let (leases, waiters) = capacities();
     // One observer entry per backend, as for waiters.
     size_of::<Header>()
@@ -380,9 +373,12 @@ fn shmem_size() -> usize {
         + waiters * (size_of::<Waiter>() + size_of::<Observer>())
 }
 
+/// Creates or attaches the table; true when this call created it (`lease_recovery::SEGMENT`
+/// then fills it from the state file in the postmaster).
+///
 /// # Safety
 /// Only from `shmem::shmem_startup`, under AddinShmemInitLock.
-unsafe fn shmem_attach() {
+pub unsafe fn shmem_attach() -> bool {
     let (leases, waiters) = capacities();
     // SAFETY: the size was requested in shmem_request; ShmemInitStruct's result is MAXALIGNed,
     // enough for every field here (align <= 8), and Lease/Waiter/Observer sizes are multiples
@@ -398,21 +394,31 @@ unsafe fn shmem_attach() {
             (*header).waiter_capacity = waiters as u32;
         }
         TABLE.store(header, Ordering::Release);
-        if !pg_sys::IsUnderPostmaster {
-            // The postmaster, creating the table at start or after a crash: the leases it saved
-            // when it last exited normally (a crash that kills it or its children saves none:
-            // recovery replays them from the WAL), and the saving at its own exit (`lease_wal`).
-            if !found {
-                lease_wal::read_state_file();
-            }
-            pg_sys::on_shmem_exit(Some(save_at_exit), pg_sys::Datum::from(0));
-        }
+        !found
     }
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn save_at_exit(code: i32, _arg: pg_sys::Datum) {
-    lease_wal::write_state_file(code);
+/// Every held lease, encoded as a snapshot record and the state file carry them.
+pub fn encode_images<'a>(images: impl Iterator<Item = Image<'a>>) -> Vec<u8> {
+    let mut out = vec![0u8; 4];
+    let mut count = 0u32;
+    for image in images {
+        image.encode(&mut out);
+        count += 1;
+    }
+    out[..4].copy_from_slice(&count.to_le_bytes());
+    out
+}
+
+/// The inverse of `encode_images`; None for bytes this version cannot read.
+pub fn decode_images(bytes: &[u8]) -> Option<Vec<Image<'_>>> {
+    let mut r = Reader::new(bytes);
+    let count = r.u32()?;
+    let mut images = Vec::with_capacity(count.min(1 << 20) as usize);
+    for _ in 0..count {
+        images.push(Image::decode(&mut r)?);
+    }
+    r.is_empty().then_some(images)
 }
 
 /// The table, with the lock held for as long as it lives. Its entries are reached only through
@@ -499,7 +505,7 @@ fn alone<R>(f: impl FnOnce(&mut Table) -> R) -> Option<R> {
     Some(f(&mut table))
 }
 
-/// At server start, in the postmaster (`lease_wal::read_state_file`): the leases of the state
+/// At server start, in the postmaster (`lease_recovery::read_state_file`): the leases of the state
 /// file, live until at least `now` + their TTL.
 pub fn restore_unlocked(images: &[Image], now: i64) {
     alone(|t| {
@@ -508,7 +514,7 @@ pub fn restore_unlocked(images: &[Image], now: i64) {
     });
 }
 
-/// At the postmaster's exit (`lease_wal::write_state_file`): `encode` applied to every held
+/// At the postmaster's exit (`lease_recovery::write_state_file`): `encode` applied to every held
 /// lease.
 pub fn snapshot_unlocked<R>(
     encode: impl FnOnce(&mut dyn Iterator<Item = Image<'_>>) -> R,
@@ -799,7 +805,9 @@ impl Table {
         l.label_len = copy_clipped(&mut l.label, grant.label);
         l.candidate_len = copy_clipped(&mut l.candidate, grant.candidate);
         let (database, key, term) = (l.database, l.key, l.is_term());
-        let lsn = lease_wal::log_grant(&Image::of(l));
+        let mut image = Vec::with_capacity(128);
+        Image::of(l).encode(&mut image);
+        let lsn = lease_wal::log_grant(&image);
         self.counters_mut().granted += 1;
         if term {
             self.counters_mut().terms_started += 1;
@@ -912,7 +920,7 @@ impl Table {
         let logged = if self.held_images().next().is_none() {
             None
         } else {
-            Some(lease_wal::log_snapshot(self.held_images()))
+            Some(lease_wal::log_snapshot(&encode_images(self.held_images())))
         };
         let end = logged.unwrap_or_else(lease_wal::insert_position);
         // SAFETY: as above.

@@ -5,6 +5,7 @@
 //! `init` hands them to `shmem` when the library is preloaded. Without preload nothing is
 //! requested, recording is a no-op, and the statistics and lease functions raise 55000.
 pub mod labels;
+pub mod lease_recovery;
 pub mod lease_wal;
 pub mod leases;
 pub mod shmem;
@@ -15,9 +16,9 @@ pub mod stats;
 pub fn init() -> bool {
     let preloading = shmem::preloading();
     if preloading {
-        shmem::install_hooks(&[labels::SEGMENT, stats::SEGMENT, leases::SEGMENT]);
-        lease_wal::register(crate::gucs::WAL_RMGR_ID.get());
-        lease_wal::register_snapshot_worker();
+        shmem::install_hooks(&[labels::SEGMENT, stats::SEGMENT, lease_recovery::SEGMENT]);
+        lease_recovery::register(crate::gucs::WAL_RMGR_ID.get());
+        lease_recovery::register_snapshot_worker();
     }
     preloading
 }
