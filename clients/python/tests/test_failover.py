@@ -212,3 +212,9 @@ def test_s46_pools_on_a_multi_host_dsn(form: Any, admin: psycopg.Connection[Any]
             await apool.close()
 
     asyncio.run(main())
+
+
+def test_s46_hosts_and_ports_that_do_not_pair_up_are_refused_before_connecting() -> None:
+    """asyncpg gets the DSN as a URI (a:p,b:q): three ports for two hosts cannot be written so."""
+    with pytest.raises(ValueError, match=r"dsn: 2 hosts but 3 ports \(give one port, or one per host\)"):
+        advlock.session_lock("host=a,b port=1,2,3 dbname=x", "s46", timeout=1.0, driver="asyncpg")
