@@ -116,6 +116,11 @@ PY
 }
 run_pytest extension advlock_python
 run_pytest edition advlock_python_edition
-[ "$preloaded" -eq 0 ] || run_pytest preloaded advlock_python "$port_pre"
+# S45 restarts the preloaded instance (pg_ctl restart -m fast, as the postgres user) while a
+# lease is held: it needs the instance's pg_ctl, data directory and log (the other runs have
+# none, and their S45 tests skip saying so).
+[ "$preloaded" -eq 0 ] ||
+  ADVLOCK_PY_PG_CTL="$PGBIN/pg_ctl" ADVLOCK_PY_PGDATA="$work/pre/data" ADVLOCK_PY_PGLOG="$work/pre/postgres.log" \
+    run_pytest preloaded advlock_python "$port_pre"
 report
 [ "$failed" -eq 0 ]

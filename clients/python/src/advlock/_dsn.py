@@ -38,9 +38,23 @@ def keywords_to_uri(pairs: dict[str, str]) -> str:
     port = pairs.pop("port", "")
     dbname = pairs.pop("dbname", "")
     auth = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
-    netloc = (auth + "@" if auth else "") + ("" if host.startswith("/") else host) + (":" + port if port else "")
-    if host.startswith("/"):  # a Unix-domain socket directory goes in the query
+    hosts = host.split(",") if host else []
+    ports = port.split(",") if port else []
+    if any(h.startswith("/") for h in hosts):  # a Unix-domain socket directory goes in the query
         pairs["host"] = host
+        if port:
+            pairs["port"] = port
+        hosts = []
+    elif len(ports) > 1 and len(ports) != len(hosts):
+        raise ValueError(f"dsn: {len(hosts)} hosts but {len(ports)} ports (give one port, or one per host)")
+    # Several hosts (libpq's host=a,b port=p,q, tried in turn): asyncpg's URI lists them as
+    # a:p,b:q; one port stands for every host, as in libpq.
+    netloc = ",".join(
+        h + (":" + (ports[i] if len(ports) > 1 else ports[0]) if ports else "") for i, h in enumerate(hosts)
+    )
+    if not hosts and port and not pairs.get("host"):
+        netloc = ":" + port
+    netloc = (auth + "@" if auth else "") + netloc
     query = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in pairs.items())
     return f"postgresql://{netloc}/{quote(dbname, safe='')}" + (f"?{query}" if query else "")
 

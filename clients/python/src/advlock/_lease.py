@@ -494,7 +494,11 @@ class Lease:
             remaining = self._deadline - sent_at
             try:
                 rows = await asyncio.wait_for(runner.query(_RENEW, [self.token, self.ttl_ms], remaining), remaining)
-            except Exception as e:  # a pool timeout, a lost connection: retry while the lease lasts
+            except Exception as e:
+                # Not yet renewed, not lost: a pool timeout, or a connection error of a server
+                # restarting or failing over (refused, reset, 57P01, 57P03, 25006 on a standby);
+                # the lease survives on the server, and the pool lends a fresh connection for the
+                # retry, until the renew deadline.
                 self._last_error = e
                 continue
             if not self._renewed(rows[0][0], sent_at):
@@ -576,7 +580,7 @@ class Lease:
             sent_at = time.monotonic()
             try:
                 rows = runner.query(_RENEW, [self.token, self.ttl_ms], self._deadline - sent_at)
-            except Exception as e:
+            except Exception as e:  # not yet renewed: as in _renew_async
                 self._last_error = e
                 continue
             if self._stop.is_set():
