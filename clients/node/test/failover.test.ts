@@ -86,12 +86,13 @@ test("S45 a lease (pg Pool) and a leader (postgres.js) ride through pg_ctl resta
     }
   } finally {
     release();
+    await Promise.allSettled([leaseRun, leaderRun]);
+    await sql.end();
+    await p.end();
   }
   const [l, t] = await Promise.all([leaseRun, leaderRun]);
   assert.ok(l.lost === null && t.lost === null);
   await withAdmin(async (admin) => assert.deepEqual(await leaseRows(admin), []));
-  await sql.end();
-  await p.end();
 });
 
 test("S46 a multi-host DSN whose first host is down: sessionLock and a postgres.js pool take the lock (or lease) on the second; node-postgres has none", async () => {
