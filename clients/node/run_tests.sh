@@ -120,10 +120,12 @@ if ! instance_start "$work/pre" "$port_pre" "shared_preload_libraries = 'advlock
   failed=$((failed + 1)) preloaded=0
 fi
 
-# run_node NAME DATABASE PORT: node --test against DATABASE, counted from its closing lines.
+# run_node NAME DATABASE PORT DIR: node --test against DATABASE of the instance in DIR, counted
+# from its closing lines. The tests may restart that instance (S45: pg_ctl restart -m fast, as
+# the postgres OS user), so they are told its pg_ctl and data directory.
 run_node() {
   echo "node-client: node --test against $1 (database $2)"
-  ADVLOCK_NODE_DSN="postgresql://postgres@127.0.0.1:$3/$2" \
+  ADVLOCK_NODE_DSN="postgresql://postgres@127.0.0.1:$3/$2" ADVLOCK_NODE_PG_CTL="$PGBIN/pg_ctl" ADVLOCK_NODE_PGDATA="$4/data" \
     node --test --test-concurrency=1 --test-reporter=spec --test-reporter-destination=stdout \
       --test-reporter=tap --test-reporter-destination="$work/$1.tap" "${test_options[@]}" \
       "${test_files[@]}"
@@ -136,8 +138,8 @@ run_node() {
   echo "node-client: $1: $p passed, $f failed"
   passed=$((passed + p)) failed=$((failed + f))
 }
-run_node extension advlock_node "$port"
-run_node edition advlock_node_edition "$port"
-[ "$preloaded" -eq 0 ] || run_node preloaded advlock_node "$port_pre"
+run_node extension advlock_node "$port" "$work/pg"
+run_node edition advlock_node_edition "$port" "$work/pg"
+[ "$preloaded" -eq 0 ] || run_node preloaded advlock_node "$port_pre" "$work/pre"
 report
 [ "$failed" -eq 0 ]

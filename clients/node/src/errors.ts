@@ -113,6 +113,23 @@ export function sqlstate(e: unknown): string | undefined {
   return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
 }
 
+// Errors of the server being away rather than of what a statement said: a connection refused,
+// reset or closed (Node's socket codes, postgres.js's CONNECTION_* codes, node-postgres's
+// "Connection terminated"), the server going down or coming up (class 08, 57P01 admin shutdown,
+// 57P02 crash shutdown, 57P03 cannot connect now), or a standby not yet promoted (25006
+// read-only) -- what a restart or a failover looks like from a client.
+const AWAY_STATES = /^(08...|57P0[123]|25006)$/;
+const AWAY_CODES = /^(ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|CONNECTION_(CLOSED|ENDED|DESTROYED)|CONNECT_TIMEOUT)$/;
+
+/** True when `e` says the server could not be reached or its connection ended (see above): the
+ * connection is not to be used again, and a statement that failed so may succeed on a new one. */
+export function isConnectionError(e: unknown): boolean {
+  const err = e as { code?: unknown; message?: unknown } | null;
+  const code = typeof err?.code === "string" ? err.code : "";
+  if (AWAY_STATES.test(code) || AWAY_CODES.test(code)) return true;
+  return /^Connection terminated|not queryable/.test(String(err?.message ?? ""));
+}
+
 /** The LockTimeoutError for a driver error with SQLSTATE 55P03, else null. */
 export function asLockTimeout(e: unknown): LockTimeoutError | null {
   if (sqlstate(e) !== "55P03") return null;

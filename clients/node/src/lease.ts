@@ -12,6 +12,7 @@ import {
   LeaseTimeoutError,
   LeasesUnavailableError,
   NotPreloadedError,
+  isConnectionError,
   sqlstate,
 } from "./errors.js";
 import { type Id, checkNs, describe, idText, keyOf } from "./key.js";
@@ -134,8 +135,8 @@ export class Runner {
       const prefix = await prefixFor(client, "pg-client", this.schema);
       return await pgRun(client, qualify(sql, prefix), args, signal, resultWins);
     } catch (e) {
-      const code = sqlstate(e) ?? "";
-      if (code.startsWith("08") || code === "57P01" || signal?.aborted) broken = e as Error;
+      // A connection the server ended (or a standby's) goes, so the next statement gets a new one.
+      if (isConnectionError(e) || signal?.aborted) broken = e as Error;
       throw e;
     } finally {
       client.release(broken);
@@ -334,6 +335,11 @@ async function hold<S extends LeaseState, T>(
         const rows = await runner.query(RENEW, [state.token.toString(), ttlMs], undefined, state.deadline - renewSent);
         ok = rows[0]?.[0];
       } catch (e) {
+        // Not renewed yet, not lost: a server restarting or failing over (connection refused or
+        // reset, 57P01, 57P03, 25006 until the new primary is writable) keeps the lease on its
+        // side, and so does a pool with no free connection. The next try takes a fresh
+        // connection (Runner.query drops a broken one) with the same id, until the renew
+        // deadline; only a renewal that returns false says the lease is gone.
         state.lastError = e;
         continue;
       }

@@ -552,6 +552,23 @@ export const probing = { probePid };
 const PAIR = /\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']+)\s*/y;
 
 /** A postgres:// URL as is; libpq key=value pairs as the URL both drivers take; else RangeError. */
+/** The URL's netloc for libpq's host and port values: a multi-host `host=a,b port=p,q` pairs
+ * each host with its port (`a:p,b:q`, the URI form); one port is every host's. */
+function hostsAndPorts(host: string, port: string): string {
+  const hosts = host.split(",");
+  const ports = port === "" ? [] : port.split(",");
+  if (ports.length > 1 && ports.length !== hosts.length) {
+    throw new RangeError(`connectionString: port names ${ports.length} ports for ${hosts.length} hosts (give one port, or one per host)`);
+  }
+  return hosts.map((h, i) => h + (ports.length ? ":" + (ports.length === 1 ? ports[0] : ports[i]) : "")).join(",");
+}
+
+/** True when the postgres:// URL names more than one host (libpq's multi-host form). */
+export function multiHost(url: string): boolean {
+  const netloc = /^[a-z]+:\/\/(?:[^@/?#]*@)?([^/?#]*)/i.exec(url)?.[1] ?? "";
+  return netloc.includes(",");
+}
+
 export function toUrl(dsn: string): string {
   if (/^postgres(ql)?:\/\//i.test(dsn)) return dsn;
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(dsn)) throw new RangeError(`connectionString: needs a postgres:// URL, got a ${dsn.split(":")[0]} URL`);
@@ -573,7 +590,7 @@ export function toUrl(dsn: string): string {
   const [user, password, host, port, dbname] = ["user", "password", "host", "port", "dbname"].map(take) as string[];
   const auth = user ? encodeURIComponent(user) + (password ? ":" + encodeURIComponent(password) : "") + "@" : "";
   if (host?.startsWith("/")) pairs.set("host", host); // a Unix-domain socket directory goes in the query
-  const netloc = auth + (host?.startsWith("/") ? "" : (host ?? "")) + (port ? ":" + port : "");
+  const netloc = auth + (host?.startsWith("/") ? "" : hostsAndPorts(host ?? "", port ?? ""));
   const query = [...pairs].map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join("&");
   return `postgresql://${netloc}/${encodeURIComponent(dbname ?? "")}${query ? "?" + query : ""}`;
 }
@@ -623,6 +640,12 @@ export async function sessionLock(connectionString: string, ns: string, id: Id, 
   const a = parseSession(connectionString, ns, id, options);
   a.signal?.throwIfAborted();
   const { driver, module } = await importDriver(a.driver);
+  if (driver === "pg" && multiHost(a.connectionString)) {
+    throw new RangeError(
+      "connectionString: names several hosts, and node-postgres (driver \"pg\") has no multi-host connection strings: " +
+        'pass driver: "postgres" (postgres.js tries each host in turn and honours target_session_attrs)',
+    );
+  }
   const open = (): Promise<Conn> =>
     driver === "pg" ? openPg(module, a.connectionString, a.applicationName) : openPostgres(module, a.connectionString, a.applicationName);
   const held = new SessionLock(a.ns, a.id, a.mode, a.timeoutMs);
