@@ -140,7 +140,7 @@ def test_psycopg_pool_reset_callback_releases_session_lock(admin):
 # --- The README's psycopg_pool advice (Pools and poolers), run as written ---------------------
 
 def readme_pool(app, extra=""):
-    """The README's pool snippet, executed with DSN pointing at the test instance (min_size and
+    """The pool snippet of README.md/docs (docexamples.block_with), executed with DSN pointing at the test instance (min_size and
     max_size given here so the backend count is exact; the snippet's own arguments are kept)."""
     code = docexamples.block_with("def unlock_all(conn):").text
     assert "check=ConnectionPool.check_connection" in code, "the README no longer recommends check="
@@ -184,11 +184,13 @@ def test_psycopg_pool_reset_from_readme_keeps_pooling(admin, measure):
 
 
 def test_psycopg_pool_reset_from_readme_with_autocommit(admin):
-    """The README's note: with kwargs={"autocommit": True} the same reset works (its commit()
-    is a no-op) and pooling is kept."""
+    """The note beside the README's pool snippet (docs/reference.md): with
+    kwargs={"autocommit": True} the same reset works (its commit() is a no-op) and pooling is
+    kept."""
     key = key_for("psycopg-pool-readme-reset-autocommit")
     app = "advlock-test/pool/readme-reset-autocommit"
-    assert 'kwargs={"autocommit": True}' in docexamples.section(docexamples.README, "Pools and poolers")
+    assert 'kwargs={"autocommit": True}' in docexamples.section(docexamples.REPO / "docs" / "reference.md",
+                                                                "psycopg_pool: a reset that unlocks")
     pool = readme_pool(app, ' kwargs={"autocommit": True},')
     try:
         pids = checkouts(pool, key)
