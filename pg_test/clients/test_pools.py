@@ -140,8 +140,9 @@ def test_psycopg_pool_reset_callback_releases_session_lock(admin):
 # --- The README's psycopg_pool advice (Pools and poolers), run as written ---------------------
 
 def readme_pool(app, extra=""):
-    """The pool snippet of README.md/docs (docexamples.block_with), executed with DSN pointing at the test instance (min_size and
-    max_size given here so the backend count is exact; the snippet's own arguments are kept)."""
+    """The pool snippet of docs/reference.md (linked from the README), executed with DSN pointing
+    at the test instance (min_size and max_size given here so the backend count is exact; the
+    snippet's own arguments are kept)."""
     code = docexamples.block_with("def unlock_all(conn):").text
     assert "check=ConnectionPool.check_connection" in code, "the README no longer recommends check="
     code = code.replace("ConnectionPool(DSN,", f"ConnectionPool(DSN, min_size=1, max_size=1,{extra}")
