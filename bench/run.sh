@@ -8,11 +8,19 @@
 #   bench/run.sh --quick   tiny sizes (< 60 s) against whatever build is installed (the test
 #                          command installs a debug build just before); output into a scratch
 #                          directory; targets are reported, not enforced
+#   bench/run.sh --baseline [REF]
+#                          this build against REF's (default: the previous release, the last
+#                          commit sql/archive/RELEASES records), side by
+#                          side: REF's release build goes into a second copy of the tree; every
+#                          round runs every case on both builds, the order alternating; the rounds'
+#                          reports go under OUT/rounds/ and OUT/BASELINE.md compares them
+#                          (harness/compare.py). Full sizes, or --quick ones.
 #
 # Options: --out DIR (report directory), --port N (default 5423), --no-install (full sizes, but
 # skip the release build/install), --cases 1,2,... (subset, for development), --nice N (run the
 # server, pgbench and the harness at this nice value, e.g. -10 on a machine busy with other work;
-# needs root for negative values; stated in the report).
+# needs root for negative values; stated in the report), --rounds N (with --baseline: rounds,
+# default 2).
 # Exit status: 0 when the harness ran end to end (even if targets FAIL), non-zero when the
 # harness itself broke (build, server, a case raising, report missing).
 set -uo pipefail
@@ -24,7 +32,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # test_pg_config_for; ADVLOCK_PG_MAJOR, ADVLOCK_PG_CONFIG choose another), never the system tree,
 # whose running servers the full run's install must not change.
 
-quick=0 install=1 port=${ADVLOCK_BENCH_PORT:-5423} out="" cases="" nice=0
+quick=0 install=1 port=${ADVLOCK_BENCH_PORT:-5423} out="" cases="" nice=0 baseline="" rounds=2
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1; install=0 ;;
@@ -33,7 +41,10 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift ;;
     --cases) cases=$2; shift ;;
     --nice) nice=$2; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --rounds) rounds=$2; shift ;;
+    --baseline)
+      if [ $# -gt 1 ] && [ "${2#-}" = "$2" ]; then baseline=$2; shift; else baseline=previous-release; fi ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "bench: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -46,9 +57,16 @@ if ! "$python" -c 'import psycopg' 2>/dev/null; then
 fi
 [ -x "$PGBIN/pgbench" ] || { echo "bench: $PGBIN/pgbench not found" >&2; exit 1; }
 
+if [ -n "$baseline" ]; then
+  case $rounds in ''|*[!0-9]*|0) echo "bench: --rounds must be a positive number, not '$rounds'" >&2; exit 2 ;; esac
+  . "$here/baseline.sh"
+  run_against_baseline
+  exit $?
+fi
+
 if [ $quick = 1 ]; then
   [ -n "$out" ] || out=$(mktemp -d /tmp/advlock-bench-quick.XXXXXX)
-  profile="as installed (quick mode does not build; the test command installs a debug build just before)"
+  profile=${ADVLOCK_BENCH_PROFILE:-"as installed (quick mode does not build; the test command installs a debug build just before)"}
 else
   [ -n "$out" ] || out=$here/results
   if [ $install = 1 ]; then
@@ -59,7 +77,7 @@ else
     fi
     profile="release (scripts/install_ext.sh --release, this run)"
   else
-    profile="as installed (--no-install: not rebuilt by this run)"
+    profile=${ADVLOCK_BENCH_PROFILE:-"as installed (--no-install: not rebuilt by this run)"}
   fi
 fi
 mkdir -p "$out"

@@ -99,12 +99,14 @@ def render(res: dict, ctx: Ctx) -> tuple[str, list[dict]]:
             for name, v in series]
     rs, gr, ex = res["resign_ms"], res["grant_ms"], res["expiry_ms"]
     targets = [
-        target("13", "observer woken by a resignation: p50 ≤ 1 ms", f"{percentile(rs, 50):.3f} ms", percentile(rs, 50) <= 1.0),
+        target("13", "observer woken by a resignation: p50 ≤ 1 ms", f"{percentile(rs, 50):.3f} ms", percentile(rs, 50) <= 1.0,
+               value=percentile(rs, 50)),
         target("13", "observer sees the next term after a resignation: p50 ≤ 1 ms", f"{percentile(gr, 50):.3f} ms",
-               percentile(gr, 50) <= 1.0),
-        target("13", "observer woken by an expiry: p50 ≤ 1 ms", f"{percentile(ex, 50):.3f} ms", percentile(ex, 50) <= 1.0),
+               percentile(gr, 50) <= 1.0, value=percentile(gr, 50)),
+        target("13", "observer woken by an expiry: p50 ≤ 1 ms", f"{percentile(ex, 50):.3f} ms", percentile(ex, 50) <= 1.0,
+               value=percentile(ex, 50)),
         target("13", "observer woken by an expiry: p99 ≤ 5 ms late", f"{percentile(ex, 99):.3f} ms",
-               percentile(ex, 99) <= 5.0),
+               percentile(ex, 99) <= 5.0, value=percentile(ex, 99)),
     ]
     md = "\n".join([
         f"Preloaded instance; an observer asleep in advlock_observe_leader, {res['samples']} samples each; "

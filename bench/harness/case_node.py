@@ -51,7 +51,8 @@ def render(res: dict, ctx: Ctx) -> tuple[str, list[dict]]:
         if client.startswith("pg:"):
             targets.append(target("12", "the Node client's uncontended lock-and-commit costs ≤ 1.05× the same SQL by "
                                         "hand through the same driver (node-postgres)",
-                                  f"{ratio:.3f}× ({us[hand]:.1f} → {us[client]:.1f} µs)", ratio <= 1.05))
+                                  f"{ratio:.3f}× ({us[hand]:.1f} → {us[client]:.1f} µs)", ratio <= 1.05,
+                                  value=ratio))
     md = "\n".join([
         f"`withLock(db, 'bench', i, {{timeoutMs: 1000}}, fn)` vs `BEGIN; SELECT advlock_lock_with_timeout(...); COMMIT` "
         f"by hand, one connection per pattern, {res['rounds']} rounds of {res['per']} lock-and-commits per pattern, "

@@ -60,7 +60,7 @@ def render(res: dict, ctx: Ctx) -> tuple[str, list[dict]]:
     ratio = us[TOKEN] / us[PLAIN]
     targets = [target("8", "a token acquisition costs ≤ 1.25× a plain acquisition (uncontended, "
                            "1 client, fsync on)",
-                      f"{ratio:.2f}× ({us[PLAIN]:.1f} → {us[TOKEN]:.1f} µs per transaction)", ratio <= 1.25)]
+                      f"{ratio:.2f}× ({us[PLAIN]:.1f} → {us[TOKEN]:.1f} µs per transaction)", ratio <= 1.25, value=ratio)]
     md = "\n".join([
         f"`BEGIN; <acquire>(:k, 0, 'xact'); COMMIT;`, pgbench, 1 client, prepared protocol, "
         f"{res['seconds']} s per run, {res['rounds']} alternating rounds, median; synchronous_commit on.",

@@ -125,8 +125,15 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: st
     return "\n".join(lines)
 
 
-def target(case: str, text: str, measured: str, ok: bool, note: str = "") -> dict:
-    return {"case": case, "target": text, "measured": measured, "ok": bool(ok), "note": note}
+def target(case: str, text: str, measured: str, ok: bool, note: str = "", *, value: float,
+           better: str = "lower") -> dict:
+    """One target's outcome. `value` is its headline figure (the ratio, the latency, the worst
+    level's ratio) and `better` says which way it improves ("lower" or "higher"): what
+    `bench/run.sh --baseline` compares between two builds (harness/compare.py)."""
+    if better not in ("lower", "higher"):
+        raise HarnessError(f"target {case} {text!r}: better must be 'lower' or 'higher', not {better!r}")
+    return {"case": case, "target": text, "measured": measured, "ok": bool(ok), "note": note,
+            "value": float(value), "better": better}
 
 
 def backend_cpu_ns(pid: int) -> tuple[int, int]:

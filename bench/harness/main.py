@@ -13,8 +13,8 @@ import sys
 import time
 import traceback
 
-from . import (case_acquire, case_edition, case_election, case_fence, case_handoff, case_holders, case_keys,
-               case_keysets, case_leases, case_node, case_preload, case_timeout, case_tokens)
+from . import (case_acquire, case_edition, case_election, case_fence, case_handoff, case_holders, case_idle_timeout,
+               case_keys, case_keysets, case_leases, case_node, case_preload, case_timeout, case_tokens)
 from .common import Ctx, HarnessError, log, md_table
 
 CASES = [
@@ -31,6 +31,7 @@ CASES = [
     ("11", "Fences: advlock_fence vs the single-row upsert it replaces", case_fence),
     ("12", "Node client: withLock vs the same SQL by hand", case_node),
     ("13", "Leader election: observer wake latency on resignation, grant and expiry", case_election),
+    ("14", "The idle-lock timeout's cost on an uncontended transaction", case_idle_timeout),
 ]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -16,7 +16,7 @@ repo="$(dirname "$(dirname "$here")")"
 # shellcheck source=../../scripts/majors.sh
 . "$repo/scripts/majors.sh"
 . "$here/chroot.sh"
-dist=$1 key=$2 old_commit=${3:-${ADVLOCK_OLD_RELEASE:-67f89ed}}
+dist=$1 key=$2 old_commit=${3:-${ADVLOCK_OLD_RELEASE:-$(awk '$1 == "0.3.0" { print $2 }' "$repo/sql/archive/RELEASES")}}
 suite=trixie major=17
 summary=${ADVLOCK_SUMMARY:-/dev/null}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -1)

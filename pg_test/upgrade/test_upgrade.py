@@ -96,6 +96,23 @@ def test_released_versions_are_archived():
     assert "0.1.0" in versions, "0.1.0 is the first released version"
 
 
+def test_release_commits_carry_their_versions():
+    """sql/archive/RELEASES names the commit each release was cut from (bench/run.sh --baseline
+    builds the last one, pg_test/release/upgrade.sh the 0.3.0 one): each commit exists, says
+    that version in its Cargo.toml, and has the version's install script archived."""
+    lines = [line.split() for line in open(os.path.join(REPO, "sql", "archive", "RELEASES"))
+             if line.strip() and not line.startswith("#")]
+    assert lines, "sql/archive/RELEASES names no release"
+    for version, commit in lines:
+        cargo = subprocess.run(["git", "-C", REPO, "show", f"{commit}:Cargo.toml"], capture_output=True,
+                               text=True, check=True).stdout
+        assert f'\nversion = "{version}"\n' in cargo, f"{commit} is not version {version}"
+        assert version in archived_versions(), f"{version} is in RELEASES but not archived"
+    assert [v for v, _ in lines] == sorted((v for v, _ in lines), key=lambda v: tuple(map(int, v.split(".")))), \
+        "RELEASES lists releases oldest first (its last line is the previous release)"
+    assert lines[-1][0] == archived_versions()[-1], "the last release archived must be the last line of RELEASES"
+
+
 def test_every_old_version_has_an_update_path():
     current = current_version()
     with connect("postgres") as c:
