@@ -44,7 +44,9 @@ def _fmt(x: float) -> str:
 
 
 def compare(runs: dict[str, list[dict]]) -> tuple[list[list[str]], list[str]]:
-    """Table rows (one per target seen in either build) and the regressions' descriptions."""
+    """Table rows (one per target seen in either build) and the regressions' descriptions.
+    Quick rounds get no verdicts (their tiny sizes measure nothing), as in REPORT.md."""
+    quick = runs["new"][0]["quick"]
     order: list[tuple[str, str]] = []
     values: dict[tuple[str, str], dict[str, list[float]]] = {}
     verdicts: dict[tuple[str, str], dict[str, list[bool]]] = {}
@@ -72,7 +74,7 @@ def compare(runs: dict[str, list[dict]]) -> tuple[list[list[str]], list[str]]:
                 continue
             cells.append(f"{_fmt(median(v))} ({_fmt(min(v))}–{_fmt(max(v))})")
             passed = sum(verdicts[k][build])
-            cells.append("PASS" if passed == len(v) else "FAIL" if passed == 0 else f"{passed}/{len(v)} pass")
+            cells.append("—" if quick else "PASS" if passed == len(v) else "FAIL" if passed == 0 else f"{passed}/{len(v)} pass")
         new, old = values[k]["new"], values[k]["old"]
         change, verdict = "–", ""
         if new and old:
