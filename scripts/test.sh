@@ -70,7 +70,9 @@ export PGRX_HOME=$ADVLOCK_TEST_PGRX_HOME
 summary=$(mktemp /tmp/advlock-summary.XXXXXX)
 export ADVLOCK_SUMMARY=$summary
 status=0
-section() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
+# Each section says when it started (minutes:seconds since this command began), so a slow
+# stage shows in the log (CONTRIBUTING.md keeps the whole command under 45 min).
+section() { printf '\n\033[1m== %s ==\033[0m  [%d:%02d]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
 # A server this command did not start, as a developer's would be, kept running throughout.
 section "a preloaded PostgreSQL $default from the system tree, left alone (pg_test/bystander)"
