@@ -17,9 +17,16 @@ baseline_commit() {
     { echo "bench: --baseline $1: not a commit of this repository" >&2; return 1; }
 }
 
-# baseline_stage SHA: the release build of SHA, packaged by `cargo pgrx package` for this major's
-# test tree (the layout under the stage follows that tree's paths); built once per commit and
-# kept in the cache with its own target directory (a baseline rebuild is then incremental).
+# package_release SRC TARGET_DIR STAGE: `cargo pgrx package` (release) of the source in SRC
+# into STAGE, for this major's test tree (the layout under STAGE follows that tree's paths:
+# nothing is installed into it). Both builds are made this way.
+package_release() {
+  (cd "$1" && PGRX_HOME=${PGRX_HOME:-$ADVLOCK_TEST_PGRX_HOME} CARGO_TARGET_DIR=$2 \
+     cargo pgrx package --pg-config "$PG_CONFIG" --out-dir "$3")
+}
+
+# baseline_stage SHA: the release build of SHA, staged; built once per commit and kept in the
+# cache with its own target directory (a later baseline's build is then incremental).
 baseline_stage() {
   local sha=$1 root=${ADVLOCK_BENCH_CACHE:-/var/cache/advlock/bench-baseline} src log
   local stage="$root/$sha-pg$ADVLOCK_PG_MAJOR"
@@ -30,8 +37,7 @@ baseline_stage() {
     log=$(mktemp /tmp/advlock-bench-baseline-build.XXXXXX.log)
     echo "bench: building the baseline $sha (release; log $log)" >&2
     git -C "$repo" archive "$sha" | tar -x -C "$src" || { rm -rf "$src"; return 1; }
-    if ! (cd "$src" && PGRX_HOME=${PGRX_HOME:-$ADVLOCK_TEST_PGRX_HOME} CARGO_TARGET_DIR="$root/target" \
-            cargo pgrx package --pg-config "$PG_CONFIG" --out-dir "$stage.new") >"$log" 2>&1; then
+    if ! package_release "$src" "$root/target" "$stage.new" >"$log" 2>&1; then
       tail -30 "$log" >&2; rm -rf "$src" "$stage.new"
       echo "bench: the baseline build failed" >&2; return 1
     fi
@@ -41,9 +47,10 @@ baseline_stage() {
   echo "$stage"
 }
 
-# baseline_tree STAGE DEST: a copy of this major's tree in DEST with the staged build installed;
-# prints its pg_config.
-baseline_tree() {
+# tree_with STAGE DEST: a copy of this major's tree in DEST with the staged build installed;
+# prints its pg_config. Each build gets its own copy, so nothing else that installs into the
+# test tree meanwhile (another run, a developer) can change what a round measures.
+tree_with() {
   local stage=$1 dest=$2 pgc f
   copy_pg_tree "$ADVLOCK_PG_MAJOR" "$dest" >&2 || return 1
   pgc=$(copied_pg_config "$ADVLOCK_PG_MAJOR" "$dest")
@@ -55,7 +62,7 @@ baseline_tree() {
 }
 
 run_against_baseline() {
-  local sha short version stage tree old_pgc r build rc failed_new=0 failed_old=() common
+  local sha short version stage trees new_pgc old_pgc r build rc failed_new=0 failed_old=() common
   sha=$(baseline_commit "$baseline") || return 1
   short=$(git -C "$repo" rev-parse --short "$sha")
   version=$(git -C "$repo" show "$sha:Cargo.toml" | sed -n 's/^version = "\(.*\)"/\1/p' | head -1)
@@ -63,18 +70,17 @@ run_against_baseline() {
     if [ "$quick" = 1 ]; then out=$(mktemp -d /tmp/advlock-bench-baseline.XXXXXX); else out=$here/results/baseline; fi
   fi
   rm -rf "$out/rounds"; mkdir -p "$out/rounds"
-  if [ "$install" = 1 ]; then
-    echo "bench: scripts/install_ext.sh --release (this build)"
-    "$repo/scripts/install_ext.sh" --release "$PG_CONFIG" >"$out/install.log" 2>&1 ||
-      { tail -30 "$out/install.log"; echo "bench: release build/install failed" >&2; return 1; }
-  fi
+  trees=$(mktemp -d /tmp/advlock-bench-trees.XXXXXX)
+  chmod 755 "$trees"
+  # shellcheck disable=SC2064  # expand now: $trees is local to this function
+  trap "rm -rf '$trees'" EXIT
+  echo "bench: this build (release; log $out/build.log)"
+  package_release "$repo" "${CARGO_TARGET_DIR:-$repo/target}" "$trees/stage-new" >"$out/build.log" 2>&1 ||
+    { tail -30 "$out/build.log"; echo "bench: this build failed" >&2; return 1; }
+  new_pgc=$(tree_with "$trees/stage-new" "$trees/new") || { echo "bench: could not install this build" >&2; return 1; }
   stage=$(baseline_stage "$sha") || return 1
-  tree=$(mktemp -d /tmp/advlock-bench-baseline-tree.XXXXXX)
-  chmod 755 "$tree"
-  # shellcheck disable=SC2064  # expand now: $tree is local to this function
-  trap "rm -rf '$tree'" EXIT
-  old_pgc=$(baseline_tree "$stage" "$tree") || { echo "bench: could not install the baseline into $tree" >&2; return 1; }
-  echo "bench: baseline advlock $version ($short) in $tree; this build in $("$PG_CONFIG" --pkglibdir)"
+  old_pgc=$(tree_with "$stage" "$trees/old") || { echo "bench: could not install the baseline" >&2; return 1; }
+  echo "bench: this build in $trees/new, the baseline (advlock $version, $short) in $trees/old"
   common=(--no-install --port "$port" --nice "$nice")
   [ "$quick" = 1 ] && common+=(--quick)
   [ -n "$cases" ] && common+=(--cases "$cases")
@@ -83,7 +89,8 @@ run_against_baseline() {
     for build in $( [ $((r % 2)) = 1 ] && echo new old || echo old new ); do
       echo "bench: round $r of $rounds: $build build"
       if [ "$build" = new ]; then
-        ADVLOCK_BENCH_PROFILE="this checkout's build (bench/run.sh --baseline, round $r)" \
+        ADVLOCK_PG_CONFIG=$new_pgc \
+          ADVLOCK_BENCH_PROFILE="release build of this checkout (bench/run.sh --baseline, round $r)" \
           "$here/run.sh" "${common[@]}" --out "$out/rounds/new-$r"; rc=$?
         [ $rc = 0 ] || failed_new=1
       else

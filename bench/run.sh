@@ -11,7 +11,7 @@
 #   bench/run.sh --baseline [REF]
 #                          this build against REF's (default: the previous release, the last
 #                          commit sql/archive/RELEASES records), side by
-#                          side: REF's release build goes into a second copy of the tree; every
+#                          side: both release builds, each in its own copy of the tree; every
 #                          round runs every case on both builds, the order alternating; the rounds'
 #                          reports go under OUT/rounds/ and OUT/BASELINE.md compares them
 #                          (harness/compare.py). Full sizes, or --quick ones.
