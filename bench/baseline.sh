@@ -90,12 +90,12 @@ run_against_baseline() {
       echo "bench: round $r of $rounds: $build build"
       if [ "$build" = new ]; then
         ADVLOCK_PG_CONFIG=$new_pgc \
-          ADVLOCK_BENCH_PROFILE="release build of this checkout (bench/run.sh --baseline, round $r)" \
+          ADVLOCK_BENCH_PROFILE="release build of this checkout, $(git -C "$repo" rev-parse --short HEAD) (bench/run.sh --baseline, round $r)" \
           "$here/run.sh" "${common[@]}" --out "$out/rounds/new-$r"; rc=$?
         [ $rc = 0 ] || failed_new=1
       else
         ADVLOCK_PG_CONFIG=$old_pgc \
-          ADVLOCK_BENCH_PROFILE="baseline: release build of $short (advlock $version; bench/run.sh --baseline, round $r)" \
+          ADVLOCK_BENCH_PROFILE="baseline: release build of $short, advlock $version (bench/run.sh --baseline, round $r)" \
           "$here/run.sh" "${common[@]}" --out "$out/rounds/old-$r"; rc=$?
         [ $rc = 0 ] || failed_old+=("$r")
       fi

@@ -108,8 +108,10 @@ def write(out: str) -> str:
         "order alternating from round to round so slow drift in the machine's load falls on both.",
         "",
         md_table(["", "new", "old (baseline)"], [
-            ["advlock", _fact(new0, "advlock"), _fact(old0, "advlock")],
-            ["build", _fact(new0, "build profile").split(";")[0], _fact(old0, "build profile").split(";")[0]],
+            # (the facts' commit is the harness's checkout; the build line names the build's own)
+            ["advlock", _fact(new0, "advlock").split(",")[0], _fact(old0, "advlock").split(",")[0]],
+            ["build", _fact(new0, "build profile").split("; advlock.so")[0],
+             _fact(old0, "build profile").split("; advlock.so")[0]],
             ["PostgreSQL", _fact(new0, "PostgreSQL"), _fact(old0, "PostgreSQL")],
             ["first round's date (UTC)", _fact(new0, "date (UTC)"), _fact(old0, "date (UTC)")],
         ], align="lll"),
