@@ -85,8 +85,12 @@ def compare(runs: dict[str, list[dict]]) -> tuple[list[list[str]], list[str]]:
             higher_is_better = better[k] == "higher"
             worse = max(new) < min(old) if higher_is_better else min(new) > max(old)
             improved = min(new) > max(old) if higher_is_better else max(new) < min(old)
-            verdict = "**worse** (outside the spread)" if worse else "better (outside the spread)" if improved \
-                else "within the spread"
+            if len(new) < 2 or len(old) < 2:
+                # One value per build has no spread to judge a difference by.
+                worse, verdict = False, "one round: no spread (see each report's rounds)"
+            else:
+                verdict = "**worse** (outside the spread)" if worse else "better (outside the spread)" if improved \
+                    else "within the spread"
             if worse:
                 regressions.append(f"case {k[0]}: {k[1]}: new {_fmt(median(new))} vs old {_fmt(median(old))}")
         rows.append([k[0], k[1], better[k], *cells, change, verdict])
@@ -125,7 +129,9 @@ def write(out: str) -> str:
         md_table(["case", "target", "better", "new", "new verdict", "old", "old verdict", "new ÷ old", "change"],
                  rows, align="lllrcrcrl"),
         "",
-        (f"{len(regressions)} target(s) worse than the baseline beyond the spread: " + "; ".join(regressions) + "."
+        ("One round per build: the table compares single values, and no target can be called worse or better "
+         "beyond a spread (run more rounds: `--rounds N`)." if min(len(runs["new"]), len(runs["old"])) < 2 else
+         f"{len(regressions)} target(s) worse than the baseline beyond the spread: " + "; ".join(regressions) + "."
          if regressions else "No target is worse than the baseline beyond the run-to-run spread."),
         "",
     ]
