@@ -74,9 +74,9 @@ run_against_baseline() {
   chmod 755 "$trees"
   # shellcheck disable=SC2064  # expand now: $trees is local to this function
   trap "rm -rf '$trees'" EXIT
-  echo "bench: this build (release; log $out/build.log)"
-  package_release "$repo" "${CARGO_TARGET_DIR:-$repo/target}" "$trees/stage-new" >"$out/build.log" 2>&1 ||
-    { tail -30 "$out/build.log"; echo "bench: this build failed" >&2; return 1; }
+  echo "bench: this build (release; log $trees/build.log)"
+  package_release "$repo" "${CARGO_TARGET_DIR:-$repo/target}" "$trees/stage-new" >"$trees/build.log" 2>&1 ||
+    { tail -30 "$trees/build.log"; echo "bench: this build failed" >&2; return 1; }
   new_pgc=$(tree_with "$trees/stage-new" "$trees/new") || { echo "bench: could not install this build" >&2; return 1; }
   stage=$(baseline_stage "$sha") || return 1
   old_pgc=$(tree_with "$stage" "$trees/old") || { echo "bench: could not install the baseline" >&2; return 1; }
