@@ -56,6 +56,7 @@ psql_at() { # port psql-arguments...
   "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$p" -U postgres -v ON_ERROR_STOP=1 "$@"
 }
 
+# shellcheck disable=SC2034  # preloaded is read by the run_tests.sh that sourced this file
 start_servers() { # DB FIRST_PORT [PORT]
   local db=$1
   port=${3:-$(free_port "$2")}
