@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Shared helpers: start/stop a throwaway PostgreSQL instance as the `postgres` OS user (and
 # scripts/helpers.sh's as_postgres, psql_db, count_tap).
-# Sourced by pg_test/run.sh, pg_test/package/run.sh and bench/run.sh.
+# Sourced by pg_test/run.sh and the other suites' run scripts, bench/run.sh and
+# clients/run_tests_common.sh (the clients' run_tests.sh).
 # ADVLOCK_PG_MAJOR picks the major (default 17); the instance runs from the test command's
 # private tree of that major (scripts/majors.sh: test_pg_config_for, made by scripts/setup.sh),
 # never from the system tree, whose running servers the tests must not touch.

@@ -2,8 +2,9 @@
 leases, monitoring, reliability, upgrade, encodings) and the Python client's tests
 (clients/python/tests). It holds what they share: where the instance is and how to connect to
 it, the admin connection, the advisory locks a test left behind, waiters in the lock queue, the
-archived install scripts, the bounded poll, and PgBouncer in front of an instance. Each suite's
-own support file keeps what only it needs (the exporter and Prometheus, crash helpers, ...).
+archived install scripts, the bounded poll, and PgBouncer in front of an instance (started by
+pgbouncer_launcher.py beside it, the one launcher the Ruby and Node clients' tests run too). Each
+suite's own support file keeps what only it needs (the exporter and Prometheus, crash helpers, ...).
 
 Typed (mypy --strict checks it with the Python client's tests) and standard library, psycopg
 and pytest only, the three things every suite's venv has.
@@ -15,10 +16,8 @@ from __future__ import annotations
 
 import glob
 import os
-import pwd
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,12 +25,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar
-from urllib.parse import quote
 
 import psycopg
 import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
+
+import pgbouncer_launcher
+from pgbouncer_launcher import free_port as free_port  # re-exported: pg_test/monitoring uses it
 
 T = TypeVar("T")
 
@@ -238,31 +239,21 @@ def archived_scripts_installed() -> Iterator[None]:
 
 # ---------------------------------------------------------------------------- PgBouncer
 
-PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on now (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Bouncer:
     """A running PgBouncer (pgbouncer() starts it) in front of `target`'s database, listening on
     127.0.0.1:`port`; its ini, userlist, pid file and log are in `directory`."""
 
-    def __init__(self, target: Server, port: int, directory: str, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, target: Server, running: pgbouncer_launcher.Running) -> None:
         self.target = target
-        self.port = port
-        self.directory = directory
-        self.proc = proc
+        self.running = running
+        self.port = running.port
+        self.directory = running.directory
 
     @property
     def url(self) -> str:
         """A postgresql:// URL of the target's database through this PgBouncer (asyncpg and
         the Python client take URLs)."""
-        return f"postgresql://{quote(self.target.user)}@127.0.0.1:{self.port}/{quote(self.target.dbname)}"
+        return self.running.url
 
     def conninfo(self, app: str, **params: Any) -> str:
         """The target's conninfo (application_name `app`) through this PgBouncer; `params` as
@@ -287,31 +278,10 @@ class Bouncer:
 
     def log(self) -> str:
         """The end of PgBouncer's log (for failure messages)."""
-        try:
-            with open(os.path.join(self.directory, "pgbouncer.log")) as f:
-                return f.read()[-4000:]
-        except OSError as e:
-            return f"(no log: {e})"
+        return self.running.log()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()  # sudo relays SIGTERM to pgbouncer
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        # Belt and braces: sudo killed or gone before relaying leaves pgbouncer running, which
-        # wrote its pid file as postgres.
-        try:
-            with open(os.path.join(self.directory, "pgbouncer.pid")) as f:
-                pid = int(f.read().strip())
-            with open(f"/proc/{pid}/comm") as f:
-                still_running = f.read().strip() == "pgbouncer"
-        except (OSError, ValueError):
-            still_running = False
-        if still_running:
-            os.kill(pid, 15)
+        self.running.stop()
 
 
 @contextmanager
@@ -320,59 +290,24 @@ def pgbouncer(target: Server, pool_mode: Literal["session", "transaction", "stat
               prefix: str = "pgbouncer.") -> Iterator[Bouncer]:
     """PgBouncer in `pool_mode` with a pool of `pool_size` server connections to `target`'s
     database (as target's user), listening on 127.0.0.1:`port` (default: a free port), trusting
-    every client, with the [pgbouncer] `settings` of the caller on top (they override). Runs as
-    the postgres OS user (sudo -n when this is another user), yields once it serves a query
-    (within 15 s, else the test fails with its log), and is always stopped. Its directory
-    (`prefix`...) is made in ADVLOCK_WORKDIR when set (pg_test/run.sh's run directory, kept with
-    the run's other logs), else in the temp directory, and then removed at the end."""
-    if not os.path.exists(PGBOUNCER):
-        pytest.fail("pgbouncer is not installed (scripts/setup.sh installs it)")
-    port = free_port() if port is None else port
+    every client, with the [pgbouncer] `settings` of the caller on top (they override): started
+    by pg_test/pgbouncer_launcher.py (the launcher the Ruby and Node clients' tests run too), as
+    the postgres OS user. Yields once it serves a query (within 15 s, else the test fails with
+    its log), and is always stopped. Its directory (`prefix`...) is made in ADVLOCK_WORKDIR when
+    set (pg_test/run.sh's run directory, kept with the run's other logs), else in the temp
+    directory, and then removed at the end."""
     workdir = os.environ.get("ADVLOCK_WORKDIR") or None
     directory = tempfile.mkdtemp(prefix=prefix, dir=workdir)
-    userlist = os.path.join(directory, "userlist.txt")
-    ini = os.path.join(directory, "pgbouncer.ini")
-    merged: dict[str, object] = {
-        "listen_addr": "127.0.0.1", "listen_port": port, "unix_socket_dir": "", "auth_type": "trust",
-        "auth_file": userlist, "pool_mode": pool_mode, "default_pool_size": pool_size,
-        "reserve_pool_size": 0, "max_client_conn": 100,
-        "logfile": os.path.join(directory, "pgbouncer.log"), "pidfile": os.path.join(directory, "pgbouncer.pid"),
-    }
-    merged.update(settings or {})
-    with open(userlist, "w") as f:
-        f.write(f'"{target.user}" ""\n')
-    with open(ini, "w") as f:
-        f.write(f"[databases]\n{target.dbname} = host={target.host} port={target.port} dbname={target.dbname}"
-                f" user={target.user}\n\n[pgbouncer]\n")
-        f.writelines(f"{name} = {value}".rstrip() + "\n" for name, value in merged.items())
-    # pgbouncer refuses to run as root; as postgres it must read its files and write its log.
-    postgres = pwd.getpwnam(USER)
-    if os.geteuid() == 0:
-        for path in (directory, userlist, ini):
-            os.chown(path, postgres.pw_uid, postgres.pw_gid)
-    os.chmod(directory, 0o755)
-    cmd = [PGBOUNCER, ini]
-    if os.geteuid() != postgres.pw_uid:
-        cmd = ["sudo", "-n", "-u", USER, "--", *cmd]
-    with open(os.path.join(directory, "stdout.log"), "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    bouncer = Bouncer(target, port, directory, proc)
+    behind = pgbouncer_launcher.Target(target.host, target.port, target.dbname, target.user)
     try:
-        def serves() -> bool:
-            if proc.poll() is not None:
-                pytest.fail(f"pgbouncer exited with {proc.returncode}:\n{bouncer.log()}")
-            try:
-                with bouncer.connect("advlock-test/bouncer-probe") as c:
-                    c.execute("SELECT 1")
-                return True
-            except psycopg.OperationalError:
-                return False
         try:
-            wait_until(serves, timeout=15, interval=0.1, what=f"pgbouncer on port {port}")
-        except AssertionError as e:
-            pytest.fail(f"{e}:\n{bouncer.log()}")
-        yield bouncer
+            running = pgbouncer_launcher.start(behind, pool_mode, pool_size, directory, port, settings)
+        except pgbouncer_launcher.LaunchError as e:
+            pytest.fail(str(e))
+        try:
+            yield Bouncer(target, running)
+        finally:
+            running.stop()
     finally:
-        bouncer.stop()
         if workdir is None:
             shutil.rmtree(directory, ignore_errors=True)

@@ -1,35 +1,27 @@
 #!/usr/bin/env bash
 # The Node client's checks: the package.json version equals Cargo.toml's, `tsc --strict` (the
-# package and its tests), ESLint, `npm pack`, then `node --test` against real servers it starts
-# with pg_test/instance.sh: a database with the advlock extension, a database with the SQL
-# edition (same instance), and a second instance with advlock in shared_preload_libraries (the
-# only run where leases work: the lease tests skip elsewhere, saying why, and check the error
-# there instead). The PgBouncer tests start real PgBouncers (transaction, statement, session
-# mode) as the postgres OS user. The README's examples run against the packed package
-# (test/readme.test.ts), and `npm install` of the package from a directory (built by its
-# `prepare` script) and from the tarball must give an importable package. Appends "node-client
-# PASSED FAILED" to $ADVLOCK_SUMMARY if set (the version check, tsc, ESLint, npm pack and the
-# install check count as one check each). Works as root on a fresh machine with Node.js >= 20
-# and npm (scripts/setup.sh installs them): the npm packages are
-# installed here with `npm ci` into clients/node/node_modules, kept until package-lock.json
-# changes. ADVLOCK_NODE_PORT picks the port (default: the first free one from 5570); the
+# package and its tests), ESLint, `npm pack`, then `node --test` against real servers that
+# clients/run_tests_common.sh starts (as for the Python and Ruby clients; stopped on exit): a
+# database with the advlock extension, a database with the SQL edition (same instance), and a
+# second instance with advlock in shared_preload_libraries (the only run where leases work: the
+# lease tests skip elsewhere, saying why, and check the error there instead). The PgBouncer
+# tests start real PgBouncers (transaction, statement, session mode) as the postgres OS user
+# (test/helpers.ts runs pg_test/pgbouncer_launcher.py with python3). The README's examples run
+# against the packed package (test/readme.test.ts), and `npm install` of the package from a
+# directory (built by its `prepare` script) and from the tarball must give an importable package.
+# Appends "node-client PASSED FAILED" to $ADVLOCK_SUMMARY if set (the version check, tsc, ESLint,
+# npm pack and the install check count as one check each). Works as root on a fresh machine with
+# Node.js >= 20 and npm (scripts/setup.sh installs them): the npm packages are installed here
+# with `npm ci` into clients/node/node_modules, kept until package-lock.json changes. ADVLOCK_NODE_PORT picks the port (default: the first free one from 5570); the
 # preloaded instance takes the next free one. Arguments, if any, go to node --test: options
 # (e.g. --test-name-pattern=S35) and test files (e.g. build/test/poolers.test.js, in place of
 # every build/test/*.test.js).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-summary=${ADVLOCK_SUMMARY:-/dev/null}
-passed=0 failed=0
-report() {
-  echo "node-client $passed $failed" >>"$summary"
-  echo "node-client: $passed passed, $failed failed"
-}
-check() { # name command...
-  local name=$1; shift
-  if "$@"; then passed=$((passed + 1)); echo "node-client: ok   $name"
-  else failed=$((failed + 1)); echo "node-client: FAIL $name"; fi
-}
+client=node-client
+# shellcheck source=SCRIPTDIR/../run_tests_common.sh
+. "$repo/clients/run_tests_common.sh"
 
 cd "$here" || exit 1
 test_options=() test_files=()
@@ -50,8 +42,6 @@ check "version = Cargo.toml's" version_matches
 check "tsc --strict (package and tests)" npx --no-install tsc -p tsconfig.test.json
 check "eslint" npx --no-install eslint .
 
-work=$(mktemp -d /tmp/advlock-node.XXXXXX)
-chmod 755 "$work"
 # The package as a user installs it: npm pack, unpacked into a node_modules of its own beside the
 # drivers (the README's examples import "advlock", "pg" and "postgres" from there).
 tgz=""
@@ -89,36 +79,7 @@ installed() {
 check "npm install from a directory and from the tarball" installed
 export ADVLOCK_NODE_README_DIR="$work/readme"
 
-# shellcheck source=SCRIPTDIR/../../pg_test/instance.sh disable=SC1091  # followed with shellcheck -x
-. "$repo/pg_test/instance.sh"
-free_port() {
-  local p
-  for p in $(seq "$1" $(($1 + 100))); do
-    (: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-  echo "$1"
-}
-port=${ADVLOCK_NODE_PORT:-$(free_port 5570)}
-port_pre=$(free_port $((port + 1)))
-trap 'instance_stop "$work/pre"; instance_stop "$work/pg"; rm -rf "$work"' EXIT
-psql_at() { local p=$1; shift; "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$p" -U postgres -v ON_ERROR_STOP=1 "$@"; }
-if ! instance_start "$work/pg" "$port" ||
-   ! psql_at "$port" -d postgres -c "CREATE DATABASE advlock_node" -c "CREATE DATABASE advlock_node_edition" ||
-   ! psql_at "$port" -d advlock_node -c "CREATE EXTENSION advlock"; then
-  echo "node-client: could not start PostgreSQL with the advlock extension"
-  failed=$((failed + 1)); report; exit 1
-fi
-if ! PGOPTIONS='-c search_path=public' psql_at "$port" -d advlock_node_edition -f "$repo/edition/advlock_sql.sql" >"$work/edition.log" 2>&1; then
-  cat "$work/edition.log"; echo "node-client: could not install the SQL edition"
-  failed=$((failed + 1))
-fi
-preloaded=1
-if ! instance_start "$work/pre" "$port_pre" "shared_preload_libraries = 'advlock'" ||
-   ! psql_at "$port_pre" -d postgres -c "CREATE DATABASE advlock_node" ||
-   ! psql_at "$port_pre" -d advlock_node -c "CREATE EXTENSION advlock"; then
-  echo "node-client: could not start PostgreSQL with advlock in shared_preload_libraries"
-  failed=$((failed + 1)) preloaded=0
-fi
+start_servers advlock_node 5570 "${ADVLOCK_NODE_PORT:-}"
 
 # run_node NAME DATABASE PORT DIR: node --test against DATABASE of the instance in DIR, counted
 # from its closing lines. The tests may restart that instance (S45: pg_ctl restart -m fast, as

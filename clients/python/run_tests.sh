@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # The Python client's checks: ruff, mypy --strict, then pytest against a real PostgreSQL with
-# the advlock extension, against the SQL edition (one instance, started here with
-# pg_test/instance.sh, stopped on exit), and against a second instance with advlock in
-# shared_preload_libraries (the same suite preloaded, and the only run where leases work: the
-# lease tests skip elsewhere, saying why, and check the error there instead).
+# the advlock extension, against the SQL edition (one instance), and against a second instance
+# with advlock in shared_preload_libraries (the same suite preloaded, and the only run where
+# leases work: the lease tests skip elsewhere, saying why, and check the error there instead);
+# clients/run_tests_common.sh starts both instances (stopped on exit) and counts, as for the
+# Ruby and Node clients. The PgBouncer tests start real PgBouncers (transaction, statement,
+# session mode) with pg_test/pgbouncer_launcher.py, through pgtestsupport.pgbouncer.
 # Appends "python-client PASSED FAILED" to $ADVLOCK_SUMMARY if set (ruff and mypy count as one
 # check each). Works as root on a fresh machine: the venv is built here, cached in
 # clients/python/.venv, and rebuilt when requirements-test.txt or pyproject.toml change.
 # ADVLOCK_PY_PORT picks the port (default: the first free one from 5433); the preloaded instance
-# takes the next free one.
+# takes the next free one. Arguments, if any, go to pytest in place of `tests` (e.g.
+# tests/test_poolers.py, or -k s17 tests).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-summary=${ADVLOCK_SUMMARY:-/dev/null}
+client=python-client
+# shellcheck source=SCRIPTDIR/../run_tests_common.sh
+. "$repo/clients/run_tests_common.sh"
 venv="$here/.venv"
-passed=0 failed=0
-report() {
-  echo "python-client $passed $failed" >>"$summary"
-  echo "python-client: $passed passed, $failed failed"
-}
+pytest_args=("$@"); [ $# -gt 0 ] || pytest_args=(tests)
 
 stamp=$(cat "$here/requirements-test.txt" "$here/pyproject.toml" | sha256sum | cut -d' ' -f1)
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$stamp" ]; then
@@ -36,50 +37,11 @@ fi
   { failed=1; report; exit 1; }
 
 cd "$here" || exit 1
-if "$venv/bin/ruff" check src tests recipes; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+check ruff "$venv/bin/ruff" check src tests recipes
 # The tests too: they pin what the overloads return (bool vs Awaitable[bool]).
-if "$venv/bin/mypy" --strict src/advlock tests recipes; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+check "mypy --strict" "$venv/bin/mypy" --strict src/advlock tests recipes
 
-# shellcheck source=SCRIPTDIR/../../pg_test/instance.sh disable=SC1091  # followed with shellcheck -x
-. "$repo/pg_test/instance.sh"
-port=${ADVLOCK_PY_PORT:-}
-# free_port FROM: the first port from FROM nobody listens on (PostgreSQL's socket lock file is in
-# our own directory).
-free_port() {
-  local p
-  for p in $(seq "$1" $(($1 + 100))); do
-    (: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-  echo "$1"
-}
-[ -n "$port" ] || port=$(free_port 5433)
-port_pre=$(free_port $((port + 1)))
-work=$(mktemp -d /tmp/advlock-python.XXXXXX)
-chmod 755 "$work"
-trap 'instance_stop "$work/pre"; instance_stop "$work"; rm -rf "$work"' EXIT
-psql_db() { "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -v ON_ERROR_STOP=1 "$@"; }
-# The same suite on the extension, and on the SQL edition (edition/advlock_sql.sql,
-# same SQL API, for managed PostgreSQL) in a database without the extension.
-if ! instance_start "$work" "$port" ||
-   ! psql_db -d postgres -c "CREATE DATABASE advlock_python" -c "CREATE DATABASE advlock_python_edition" ||
-   ! psql_db -d advlock_python -c "CREATE EXTENSION advlock"; then
-  echo "python-client: could not start PostgreSQL with the advlock extension"
-  failed=$((failed + 1)); report; exit 1
-fi
-if ! PGOPTIONS='-c search_path=public' psql_db -d advlock_python_edition -f "$repo/edition/advlock_sql.sql" >"$work/edition.log" 2>&1; then
-  cat "$work/edition.log"; echo "python-client: could not install the SQL edition"
-  failed=$((failed + 1))
-fi
-# The preloaded instance (leases need advlock's shared memory).
-preloaded=1
-if ! instance_start "$work/pre" "$port_pre" "shared_preload_libraries = 'advlock'" ||
-   ! "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port_pre" -U postgres -v ON_ERROR_STOP=1 -d postgres \
-       -c "CREATE DATABASE advlock_python" ||
-   ! "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port_pre" -U postgres -v ON_ERROR_STOP=1 -d advlock_python \
-       -c "CREATE EXTENSION advlock"; then
-  echo "python-client: could not start PostgreSQL with advlock in shared_preload_libraries"
-  failed=$((failed + 1)) preloaded=0
-fi
+start_servers advlock_python 5433 "${ADVLOCK_PY_PORT:-}"
 
 # The README's examples run in a fresh venv holding only the package with the extras its
 # install line names (tests/test_readme.py runs them with ADVLOCK_README_PYTHON), as a new user
@@ -96,7 +58,7 @@ export ADVLOCK_README_PYTHON="$readme_venv/bin/python"
 run_pytest() {
   echo "python-client: pytest against $1 (database $2)"
   ADVLOCK_PY_DSN="postgresql://postgres@127.0.0.1:${3:-$port}/$2" \
-    "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider --junitxml="$work/$1.xml" tests
+    "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider --junitxml="$work/$1.xml" "${pytest_args[@]}"
   local rc=$? p f
   read -r p f < <("$venv/bin/python" - "$work/$1.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The Ruby client's checks: `gem build` (the gem, installed into a directory of its own for the
 # README's examples), then minitest against a real PostgreSQL with the advlock extension, against
-# the SQL edition (one instance, started here with pg_test/instance.sh, stopped on exit), and
-# against a second instance with advlock in shared_preload_libraries (the same suite preloaded,
-# and the only run where leases work: the lease tests skip elsewhere, saying why, and check the
-# error there instead). Real PgBouncers (transaction, statement, session) are started by the tests.
+# the SQL edition (one instance), and against a second instance with advlock in
+# shared_preload_libraries (the same suite preloaded, and the only run where leases work: the
+# lease tests skip elsewhere, saying why, and check the error there instead);
+# clients/run_tests_common.sh starts both instances (stopped on exit) and counts, as for the
+# Python and Node clients. Real PgBouncers (transaction, statement, session) are started by the
+# tests (test/bouncer.rb runs pg_test/pgbouncer_launcher.py with python3).
 # RuboCop runs in scripts/lint.sh. Appends "ruby-client PASSED FAILED" to $ADVLOCK_SUMMARY if set
 # (the gem build counts as one check). Needs Debian's ruby, ruby-pg, ruby-activerecord and
 # ruby-minitest (scripts/setup.sh installs them). ADVLOCK_RB_PORT picks the port (default: the
@@ -13,33 +15,13 @@
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-summary=${ADVLOCK_SUMMARY:-/dev/null}
-passed=0 failed=0
-report() {
-  echo "ruby-client $passed $failed" >>"$summary"
-  echo "ruby-client: $passed passed, $failed failed"
-}
+client=ruby-client
+# shellcheck source=SCRIPTDIR/../run_tests_common.sh
+. "$repo/clients/run_tests_common.sh"
 if ! ruby -e 'require "pg"; require "active_record"; require "minitest"' 2>/dev/null; then
   echo "ruby-client: ruby with pg, activerecord and minitest is missing (scripts/setup.sh installs them)"
   failed=1; report; exit 1
 fi
-
-# shellcheck source=SCRIPTDIR/../../pg_test/instance.sh disable=SC1091  # followed with shellcheck -x
-. "$repo/pg_test/instance.sh"
-port=${ADVLOCK_RB_PORT:-}
-# free_port FROM: the first port from FROM nobody listens on.
-free_port() {
-  local p
-  for p in $(seq "$1" $(($1 + 100))); do
-    (: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-  echo "$1"
-}
-[ -n "$port" ] || port=$(free_port 5433)
-port_pre=$(free_port $((port + 1)))
-work=$(mktemp -d /tmp/advlock-ruby.XXXXXX)
-chmod 755 "$work"
-trap 'instance_stop "$work/pre"; instance_stop "$work"; rm -rf "$work"' EXIT
 
 # The gem as `gem build` makes it, installed into a directory of its own: the README's examples
 # run against it (pg, a dependency, is Debian's ruby-pg: found on the system gem path).
@@ -56,26 +38,7 @@ else
   cat "$work/gem-build.log"; echo "ruby-client: gem build failed"; failed=$((failed + 1))
 fi
 
-psql_db() { "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -v ON_ERROR_STOP=1 "$@"; }
-if ! instance_start "$work" "$port" ||
-   ! psql_db -d postgres -c "CREATE DATABASE advlock_ruby" -c "CREATE DATABASE advlock_ruby_edition" ||
-   ! psql_db -d advlock_ruby -c "CREATE EXTENSION advlock"; then
-  echo "ruby-client: could not start PostgreSQL with the advlock extension"
-  failed=$((failed + 1)); report; exit 1
-fi
-if ! PGOPTIONS='-c search_path=public' psql_db -d advlock_ruby_edition -f "$repo/edition/advlock_sql.sql" >"$work/edition.log" 2>&1; then
-  cat "$work/edition.log"; echo "ruby-client: could not install the SQL edition"
-  failed=$((failed + 1))
-fi
-preloaded=1
-if ! instance_start "$work/pre" "$port_pre" "shared_preload_libraries = 'advlock'" ||
-   ! "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port_pre" -U postgres -v ON_ERROR_STOP=1 -d postgres \
-       -c "CREATE DATABASE advlock_ruby" ||
-   ! "$PGBIN/psql" -X -q -h 127.0.0.1 -p "$port_pre" -U postgres -v ON_ERROR_STOP=1 -d advlock_ruby \
-       -c "CREATE EXTENSION advlock"; then
-  echo "ruby-client: could not start PostgreSQL with advlock in shared_preload_libraries"
-  failed=$((failed + 1)) preloaded=0
-fi
+start_servers advlock_ruby 5433 "${ADVLOCK_RB_PORT:-}"
 
 # run_minitest NAME DATABASE [PORT]: every test/*_test.rb against DATABASE, counted from
 # minitest's closing line ("N runs, A assertions, F failures, E errors, S skips").

@@ -1,11 +1,9 @@
 // Shared fixtures: a real PostgreSQL with advlock, named by ADVLOCK_NODE_DSN (set by
 // clients/node/run_tests.sh). Every assertion about locks reads pg_locks.
 import { spawn } from "node:child_process";
-import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync } from "node:fs";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterEach } from "node:test";
+import { fileURLToPath } from "node:url";
 import pg from "pg";
 
 export const DSN = process.env["ADVLOCK_NODE_DSN"] ?? "postgresql://postgres@127.0.0.1:5570/advlock_node";
@@ -124,63 +122,42 @@ export interface Bouncer {
   stop(): Promise<void>;
 }
 
-/** A real PgBouncer in front of DSN's database in `poolMode`, run as the postgres OS user (as
- * the Python client's tests do). Session mode keeps PgBouncer's default server_reset_query. */
+// The repository's one PgBouncer launcher (the Python and Ruby suites use it too), from build/test/.
+const LAUNCHER = fileURLToPath(new URL("../../../../pg_test/pgbouncer_launcher.py", import.meta.url));
+
+/** A real PgBouncer in front of DSN's database in `poolMode` with a pool of `poolSize`, run as the
+ * postgres OS user by pg_test/pgbouncer_launcher.py, a subprocess that prints PgBouncer's URL once
+ * a query goes through it and stops PgBouncer when its standard input closes. Session mode keeps
+ * PgBouncer's default server_reset_query. */
 export async function pgbouncer(poolMode: "transaction" | "statement" | "session", poolSize = 2): Promise<Bouncer> {
-  const target = new URL(DSN);
-  const dbname = target.pathname.slice(1);
-  const port = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), `advlock-node-pgbouncer-${poolMode}.`));
-  chmodSync(dir, 0o755);
-  const userlist = join(dir, "userlist.txt");
-  const ini = join(dir, "pgbouncer.ini");
-  writeFileSync(userlist, '"postgres" ""\n');
-  writeFileSync(
-    ini,
-    `[databases]\n${dbname} = host=${target.hostname} port=${target.port} dbname=${dbname}\n\n` +
-      `[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = ${port}\nunix_socket_dir =\nauth_type = trust\nauth_file = ${userlist}\n` +
-      `pool_mode = ${poolMode}\ndefault_pool_size = ${poolSize}\nmin_pool_size = 0\nreserve_pool_size = 0\n` +
-      `max_client_conn = 100\nignore_startup_parameters = extra_float_digits,options,statement_timeout\n` +
-      `logfile = ${dir}/pgbouncer.log\npidfile = ${dir}/pgbouncer.pid\n`,
-  );
-  const pwd = readFileSync("/etc/passwd", "utf8").split("\n").find((l) => l.startsWith("postgres:"));
-  const [uid, gid] = pwd ? [Number(pwd.split(":")[2]), Number(pwd.split(":")[3])] : [0, 0];
-  for (const p of [dir, userlist, ini]) chownSync(p, uid, gid);
-  const bin = "/usr/sbin/pgbouncer";
-  const cmd = process.getuid?.() === uid ? [bin, ini] : ["sudo", "-n", "-u", "postgres", "--", bin, ini];
-  const proc = spawn(cmd[0] as string, cmd.slice(1), { stdio: "ignore" });
-  const dsn = `postgresql://postgres@127.0.0.1:${port}/${dbname}`;
-  const log = (): string => {
-    try {
-      return readFileSync(join(dir, "pgbouncer.log"), "utf8").slice(-3000);
-    } catch (e) {
-      return `(no log: ${String(e)})`;
-    }
-  };
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    if (proc.exitCode !== null) throw new Error(`pgbouncer exited with ${proc.exitCode}: ${log()}`);
-    const c = new pg.Client({ connectionString: dsn });
-    c.on("error", () => undefined);
-    try {
-      await c.connect();
-      await c.query("SELECT 1");
-      await c.end();
-      break;
-    } catch {
-      await c.end().catch(() => undefined);
-      if (Date.now() > deadline) throw new Error(`pgbouncer did not start: ${log()}`);
-      await sleep(100);
-    }
-  }
+  const args = [LAUNCHER, "run", "--target", DSN, "--mode", poolMode, "--pool-size", String(poolSize),
+    "--set", "min_pool_size=0", "--set", "ignore_startup_parameters=extra_float_digits,options,statement_timeout",
+    "--prefix", `advlock-node-pgbouncer-${poolMode}.`];
+  const proc = spawn("python3", args, { stdio: ["pipe", "pipe", "pipe"] });
+  // "close": the process exited and its output is all read.
+  const exited = new Promise<void>((r) => proc.once("close", () => r()));
+  proc.stdin.on("error", () => undefined); // EPIPE from a launcher that already exited
+  let out = "";
+  let err = "";
+  proc.stdout.setEncoding("utf8");
+  proc.stderr.setEncoding("utf8");
+  proc.stderr.on("data", (d: string) => (err += d));
+  const dsn = await new Promise<string>((resolve, reject) => {
+    proc.stdout.on("data", (d: string) => {
+      out += d;
+      const nl = out.indexOf("\n");
+      if (nl >= 0) resolve(out.slice(0, nl));
+    });
+    proc.once("error", reject);
+    // After the URL this settles nothing; before it, the launcher failed (its stderr says why).
+    void exited.then(() => reject(new Error(`pgbouncer did not start (launcher exit ${proc.exitCode}): ${err}`)));
+  });
   return {
     dsn,
     stop: async () => {
-      const exited = new Promise((r) => proc.once("exit", r));
-      proc.kill("SIGTERM"); // sudo relays SIGTERM to pgbouncer
-      await Promise.race([exited, sleep(10_000)]);
-      if (proc.exitCode === null) proc.kill("SIGKILL");
-      rmSync(dir, { recursive: true, force: true });
+      proc.stdin.end(); // the launcher stops PgBouncer, removes its directory and exits
+      await Promise.race([exited, sleep(30_000)]);
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
     },
   };
 }

@@ -4,6 +4,7 @@ require_relative "test_helper"
 require "etc"
 require "open3"
 require "socket"
+require "uri"
 
 # Across a server restart (S45: a lease and a leader keep renewing, on fresh pooled
 # connections, the same ids) and with a multi-host DSN whose first host is down (S46).

@@ -2,6 +2,7 @@
 
 require_relative "test_helper"
 require "tempfile"
+require "uri"
 
 # advlock in a schema that is not on search_path, as the SQL edition's docs install it: the
 # client finds the schema once per connection (or takes schema:) and qualifies every function

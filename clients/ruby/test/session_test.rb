@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_helper"
+require "uri"
 
 # session_lock(dsn, ...): its own connection, a fencing token, refusal of pools, busy locks,
 # lost connections, fenced writes, interrupted waits, and waits that do not stall
