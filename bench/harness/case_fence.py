@@ -9,8 +9,10 @@ Many short rounds in rotated order, median. All in one run, so the ratios are si
   single-row upsert they replace, into a table of the same shape as advlock_fences
   (`INSERT … ON CONFLICT (key) DO UPDATE SET token = excluded.token, …`). Target: the key form
   ≤ 1.3× the plain upsert. Beside them, to say where the difference goes: the hand-written fence
-  (the same upsert `WHERE f.token <= excluded.token`) and that upsert straight into
-  advlock_fences (its CHECK and guard trigger, without the function around it).
+  (the same upsert `WHERE f.token <= excluded.token`), that upsert straight into advlock_fences
+  (its guard trigger, without the function around it), and the PL/pgSQL the Rust advlock_fence
+  calls when it does not pass a token itself, advlock_fence_checked (the SQL edition's
+  advlock_fence, here behind the extension's guard), called directly.
 * a write transaction: `BEGIN; UPDATE one row; [fence;] COMMIT;` with and without the fence
   (reported, no target).
 
@@ -49,6 +51,7 @@ CALLS = {
         "WHERE f.token <= excluded.token",
     FENCE: "SELECT advlock_fence(%s::bigint, %s::bigint)",
     FENCE_NS: "SELECT advlock_fence('bench', %s::bigint, %s::bigint)",
+    "advlock_fence_checked(key, token): the PL/pgSQL alone": "SELECT advlock_fence_checked(%s::bigint, %s::bigint)",
 }
 UNFENCED, FENCED = "write transaction, unfenced", "write transaction + advlock_fence(key, token)"
 WRITE = "UPDATE bench_fence_data SET v = v + 1 WHERE id = %s"
