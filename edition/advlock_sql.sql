@@ -1744,6 +1744,13 @@ BEGIN
 -- it is on every fenced write's path, and a function-level setting costs a GUC save and restore
 -- per call; every name in it is qualified instead (pg_test/reliability/test_security.py calls
 -- it under hostile search_paths).
+--
+-- The PL/pgSQL advlock_fence is named by a placeholder below (build_edition.py's TEMPLATE_NAMES):
+-- in the SQL edition advlock_fence itself; in the extension advlock_fence_checked, behind the Rust
+-- advlock_fence (src/fences.rs), which runs the same upsert through a kept plan and calls this
+-- function for everything but a pass -- a missing or non-positive argument, a refusal -- so
+-- every message is raised here, in both. (The PL/pgSQL alone cost 1.5x the single-row upsert it
+-- replaces, bench case 11.)
 
 -- The bare key's form is written out; the (ns, id text) and (ns, id bigint) forms are one
 -- template, which scripts/build_edition.sh writes out once per form into sql/fence.sql (the form
@@ -1987,7 +1994,11 @@ $fn$;
 
 -- The table's guard (BEFORE UPDATE, sql/fence_table.sql), fired only when an UPDATE would
 -- lower a token or move a row to another key: what advlock_fence never does, but a role with
--- UPDATE on the table could try. Forgetting a fence is a DELETE (advlock_fence_reset).
+-- UPDATE on the table could try. Forgetting a fence is a DELETE (advlock_fence_reset). The SQL
+-- edition's trigger calls it under a WHEN clause; the extension's calls the Rust
+-- advlock_fence_update_check (src/fences.rs), which checks the same two conditions without a
+-- WHEN (PostgreSQL parses and plans a WHEN anew in every statement) and calls this function
+-- when one of them holds.
 CREATE OR REPLACE FUNCTION @extschema@.advlock_fence_guard()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE

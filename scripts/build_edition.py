@@ -107,7 +107,10 @@ PRELOAD_ONLY = ("advlock_stats", "advlock_stats_info", "advlock_stats_reset",
                 "advlock_lease_candidates", "advlock_term_stats",
                 "advlock_lease_check", "advlock_lease_expiry",
                 # the lock table's use: the lock manager's shared memory (extension_only.txt)
-                "advlock_lock_table_entries", "advlock_lock_table")
+                "advlock_lock_table_entries", "advlock_lock_table",
+                # the fences' hot path in Rust (src/fences.rs): the edition's advlock_fence is the
+                # PL/pgSQL these two check with, and its table's guard calls advlock_fence_guard
+                "advlock_fence_checked", "advlock_fence_update_check")
 
 def read(path):
     return open(f"{repo}/{path}").read()
@@ -143,9 +146,10 @@ def piece(name, sql):
             "$advlock_piece$, '@extschema@', pg_catalog.quote_ident(pg_catalog.current_schema()));\n"
             "END\n$advlock_edition$;\n\n")
 
-def replaceable(path):
-    """The extension's SQL file, CREATE -> CREATE OR REPLACE (re-running upgrades in place)."""
-    sql = read(path)
+def replaceable(path, sql=None):
+    """The extension's SQL file (or sql, its text), CREATE -> CREATE OR REPLACE (re-running
+    upgrades in place)."""
+    sql = read(path) if sql is None else sql
     sql = re.sub(r"^CREATE VIEW ", "CREATE OR REPLACE VIEW ", sql, flags=re.M)
     sql = re.sub(r"^CREATE FUNCTION ", "CREATE OR REPLACE FUNCTION ", sql, flags=re.M)
     if re.search(r"^CREATE (?!OR REPLACE)", sql, flags=re.M):
@@ -155,13 +159,21 @@ def replaceable(path):
 # The extension's SQL files written from a template of sql/templates/ (the same form templates):
 # scripts/build_edition.sh writes them before building the edition, and --check checks them.
 SQL_TEMPLATES = {"sql/fence.sql": "sql/templates/fence.sql"}
+# Names a template writes as @name@ that differ between the extension and the edition: the
+# PL/pgSQL advlock_fence is the edition's advlock_fence, and in the extension the checked path
+# behind the Rust advlock_fence (src/fences.rs) -- its parameters are qualified by it too.
+TEMPLATE_NAMES = {"fence": {"extension": "advlock_fence_checked", "edition": "advlock_fence"}}
 
 
-def sql_from_template(path):
-    """The extension's file path written out from its template: the template's first line (which
-    says it is the source) replaced by one that says the file is generated."""
+def sql_from_template(path, side="extension"):
+    """The extension's file path written out from its template for `side` (the extension, or the
+    edition, which builds it in as the extension's): the template's first line (which says it is
+    the source) replaced by one that says the file is generated."""
     template = SQL_TEMPLATES[path]
-    text = expand_forms(read(template), template)[0]
+    source = read(template)
+    for name, sides in TEMPLATE_NAMES.items():
+        source = source.replace(f"@{name}@", sides[side])
+    text = expand_forms(source, template)[0]
     first, _, rest = text.partition("\n")
     if not first.startswith("-- The source of "):
         sys.exit(f"build_edition: {template}: the first line must say it is the source of {path}")
@@ -177,7 +189,8 @@ def main():
         return
     version = re.search(r'^version\s*=\s*"([^"]+)"', open(f"{repo}/Cargo.toml").read(), re.M).group(1)
     holders = replaceable("sql/holders.sql")
-    fence = replaceable("sql/fence.sql")
+    # sql/fence.sql as its template writes it for the edition (TEMPLATE_NAMES).
+    fence = replaceable("sql/fence.sql", sql_from_template("sql/fence.sql", "edition"))
     metrics = replaceable("sql/metrics.sql")
 
     comments = []

@@ -34,11 +34,25 @@ def function_blocks(new, replaced=()):
 
 if version == "0.6.0":
     script = repo / "sql/advlock--0.5.0--0.6.0.sql"
-    # What 0.6.0 adds to 0.5.0's SQL objects: nothing new yet; every comment is re-applied
-    # (sql/comments.sql, whole), so a changed description reaches updated installs.
+    # What 0.6.0 adds to 0.5.0's SQL objects, in install order: advlock_fence in Rust (src/fences.rs,
+    # bench case 11) -- the PL/pgSQL it calls for everything but a pass, advlock_fence_checked
+    # (sql/fence.sql, new), then pgrx's "fence_hot_path" block: the three advlock_fence replaced in
+    # place by the Rust ones (CREATE OR REPLACE keeps their privileges, comments and dependants)
+    # and the guard trigger's Rust function; then the guard trigger on it, replaced in place (no
+    # WHEN). Every comment is re-applied (sql/comments.sql, whole), so a changed description
+    # reaches updated installs.
+    checked = re.findall(r"^CREATE FUNCTION @extschema@\.advlock_fence_checked\(.*?\n\$fn\$;\n",
+                         (repo / "sql/fence.sql").read_text(), re.S | re.M)
+    assert len(checked) == 3, checked
+    hot = next(b for b in blocks if "CREATE FUNCTION @extschema@.advlock_fence_update_check" in b)
+    hot = "".join(line for line in hot.splitlines(True) if not re.match(r"-- src/", line))
+    assert hot.count("CREATE FUNCTION @extschema@.advlock_fence(") == 3, hot
+    hot = hot.replace("CREATE FUNCTION @extschema@.advlock_fence(", "CREATE OR REPLACE FUNCTION @extschema@.advlock_fence(")
+    trigger = re.search(r"^CREATE TRIGGER advlock_fences_guard .*?;\n", (repo / "sql/fence_table.sql").read_text(),
+                        re.S | re.M).group(0).replace("CREATE TRIGGER", "CREATE OR REPLACE TRIGGER", 1)
     header = script.read_text().partition(begin)[0].partition("-- One-line descriptions for \\df+")[0]
-    script.write_text(header + begin + end + "\n" + comments)
-    print(f"{script.relative_to(repo)}: comments")
+    script.write_text(header + begin + "".join(c + "\n" for c in checked) + hot + "\n" + trigger + end + "\n" + comments)
+    print(f"{script.relative_to(repo)}: advlock_fence_checked, the fence's hot path, the guard trigger, comments")
     sys.exit(0)
 if version == "0.5.0":
     script = repo / "sql/advlock--0.4.0--0.5.0.sql"

@@ -36,6 +36,157 @@ END
 $fn$;
 
 -- <generated: new objects>
+CREATE FUNCTION @extschema@.advlock_fence_checked(key pg_catalog.int8, token pg_catalog.int8)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+    passed record;
+BEGIN
+    IF key IS NULL OR token IS NULL OR token OPERATOR(pg_catalog.<) 1 THEN
+        IF key IS NULL THEN
+            RAISE EXCEPTION 'argument "key" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF token IS NULL THEN
+            RAISE EXCEPTION 'argument "token" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass this writer''s fencing token: the lease id advlock_lease returned, or the token of advlock_try_with_token.';
+        ELSE
+            RAISE EXCEPTION 'argument "token" of advlock_fence must be positive: %', token
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'advlock''s fencing tokens (lease ids, advlock_try_with_token) are positive; so must be a token of your own.';
+        END IF;
+    END IF;
+    INSERT INTO @extschema@.advlock_fences AS f (key, token)
+         VALUES (advlock_fence_checked.key, advlock_fence_checked.token)
+    ON CONFLICT ON CONSTRAINT advlock_fences_pkey DO UPDATE
+           SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by
+         WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;
+    IF NOT FOUND THEN
+        -- Refused: the row is locked by the upsert above (ON CONFLICT DO UPDATE locks the
+        -- conflicting row even when its WHERE is false), so this reads the token that refused it.
+        SELECT f.token, f.passed_at, f.passed_by INTO passed
+          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) advlock_fence_checked.key;
+        RAISE EXCEPTION 'fence of % refused token %: token % has passed it',
+                        'key ' OPERATOR(pg_catalog.||) advlock_fence_checked.key,
+                        advlock_fence_checked.token, passed.token
+            USING ERRCODE = 'LK001',
+                  DETAIL = pg_catalog.format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
+                                             passed.token, passed.passed_at, passed.passed_by),
+                  HINT = 'A newer holder has taken over this lock or lease: roll back and stop writing; take the lock again (a new token) before writing again.';
+    END IF;
+END
+$fn$;
+
+CREATE FUNCTION @extschema@.advlock_fence_checked(ns pg_catalog.text, id pg_catalog.text, token pg_catalog.int8)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+    passed record;
+BEGIN
+    IF ns IS NULL OR ns OPERATOR(pg_catalog.=) '' OR id IS NULL OR token IS NULL OR token OPERATOR(pg_catalog.<) 1 THEN
+        IF ns IS NULL THEN
+            RAISE EXCEPTION 'argument "ns" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF ns OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION 'argument "ns" of advlock_fence must not be empty'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Name the feature the lock belongs to, e.g. advlock_key(''billing'', 42): the namespace keeps features from colliding.';
+        ELSIF id IS NULL THEN
+            RAISE EXCEPTION 'argument "id" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF token IS NULL THEN
+            RAISE EXCEPTION 'argument "token" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass this writer''s fencing token: the lease id advlock_lease returned, or the token of advlock_try_with_token.';
+        ELSE
+            RAISE EXCEPTION 'argument "token" of advlock_fence must be positive: %', token
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'advlock''s fencing tokens (lease ids, advlock_try_with_token) are positive; so must be a token of your own.';
+        END IF;
+    END IF;
+    INSERT INTO @extschema@.advlock_fences AS f (key, token, ns, id)
+         VALUES (@extschema@.advlock_key(advlock_fence_checked.ns, advlock_fence_checked.id), advlock_fence_checked.token, advlock_fence_checked.ns, advlock_fence_checked.id)
+    ON CONFLICT ON CONSTRAINT advlock_fences_pkey DO UPDATE
+           SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by
+         WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;
+    IF NOT FOUND THEN
+        -- Refused: the row is locked by the upsert above (ON CONFLICT DO UPDATE locks the
+        -- conflicting row even when its WHERE is false), so this reads the token that refused it.
+        SELECT f.token, f.passed_at, f.passed_by INTO passed
+          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) @extschema@.advlock_key(advlock_fence_checked.ns, advlock_fence_checked.id);
+        RAISE EXCEPTION 'fence of % refused token %: token % has passed it',
+                        'key ' OPERATOR(pg_catalog.||) @extschema@.advlock_key(advlock_fence_checked.ns, advlock_fence_checked.id) OPERATOR(pg_catalog.||) ' = advlock_key(''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence_checked.ns, '''', '''''')
+                      OPERATOR(pg_catalog.||) ''', ' OPERATOR(pg_catalog.||) '''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence_checked.id, '''', '''''') OPERATOR(pg_catalog.||) '''' OPERATOR(pg_catalog.||) ')',
+                        advlock_fence_checked.token, passed.token
+            USING ERRCODE = 'LK001',
+                  DETAIL = pg_catalog.format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
+                                             passed.token, passed.passed_at, passed.passed_by),
+                  HINT = 'A newer holder has taken over this lock or lease: roll back and stop writing; take the lock again (a new token) before writing again.';
+    END IF;
+END
+$fn$;
+
+CREATE FUNCTION @extschema@.advlock_fence_checked(ns pg_catalog.text, id pg_catalog.int8, token pg_catalog.int8)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+    passed record;
+BEGIN
+    IF ns IS NULL OR ns OPERATOR(pg_catalog.=) '' OR id IS NULL OR token IS NULL OR token OPERATOR(pg_catalog.<) 1 THEN
+        IF ns IS NULL THEN
+            RAISE EXCEPTION 'argument "ns" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF ns OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION 'argument "ns" of advlock_fence must not be empty'
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'Name the feature the lock belongs to, e.g. advlock_key(''billing'', 42): the namespace keeps features from colliding.';
+        ELSIF id IS NULL THEN
+            RAISE EXCEPTION 'argument "id" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'A NULL key would fence nothing: pass a value for every part of the key.';
+        ELSIF token IS NULL THEN
+            RAISE EXCEPTION 'argument "token" of advlock_fence must not be null'
+                USING ERRCODE = 'null_value_not_allowed', HINT = 'Pass this writer''s fencing token: the lease id advlock_lease returned, or the token of advlock_try_with_token.';
+        ELSE
+            RAISE EXCEPTION 'argument "token" of advlock_fence must be positive: %', token
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'advlock''s fencing tokens (lease ids, advlock_try_with_token) are positive; so must be a token of your own.';
+        END IF;
+    END IF;
+    INSERT INTO @extschema@.advlock_fences AS f (key, token, ns, id)
+         VALUES (@extschema@.advlock_key(advlock_fence_checked.ns, advlock_fence_checked.id), advlock_fence_checked.token, advlock_fence_checked.ns, advlock_fence_checked.id::pg_catalog.text)
+    ON CONFLICT ON CONSTRAINT advlock_fences_pkey DO UPDATE
+           SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by
+         WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;
+    IF NOT FOUND THEN
+        -- Refused: the row is locked by the upsert above (ON CONFLICT DO UPDATE locks the
+        -- conflicting row even when its WHERE is false), so this reads the token that refused it.
+        SELECT f.token, f.passed_at, f.passed_by INTO passed
+          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) @extschema@.advlock_key(advlock_fence_checked.ns, advlock_fence_checked.id);
+        RAISE EXCEPTION 'fence of % refused token %: token % has passed it',
+                        'key ' OPERATOR(pg_catalog.||) @extschema@.advlock_key(advlock_fence_checked.ns, advlock_fence_checked.id) OPERATOR(pg_catalog.||) ' = advlock_key(''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence_checked.ns, '''', '''''')
+                      OPERATOR(pg_catalog.||) ''', ' OPERATOR(pg_catalog.||) advlock_fence_checked.id::pg_catalog.text OPERATOR(pg_catalog.||) ')',
+                        advlock_fence_checked.token, passed.token
+            USING ERRCODE = 'LK001',
+                  DETAIL = pg_catalog.format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
+                                             passed.token, passed.passed_at, passed.passed_by),
+                  HINT = 'A newer holder has taken over this lock or lease: roll back and stop writing; take the lock again (a new token) before writing again.';
+    END IF;
+END
+$fn$;
+
+-- requires:
+--   fence
+
+
+-- advlock_fence's hot path and the guard of advlock_fences (src/fences.rs): Rust around the
+-- PL/pgSQL of sql/fence.sql, which raises every refusal.
+CREATE OR REPLACE FUNCTION @extschema@.advlock_fence(key pg_catalog.int8, token pg_catalog.int8)
+RETURNS void VOLATILE LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_fence_key';
+CREATE OR REPLACE FUNCTION @extschema@.advlock_fence(ns pg_catalog.text, id pg_catalog.text, token pg_catalog.int8)
+RETURNS void VOLATILE LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_fence_text';
+CREATE OR REPLACE FUNCTION @extschema@.advlock_fence(ns pg_catalog.text, id pg_catalog.int8, token pg_catalog.int8)
+RETURNS void VOLATILE LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_fence_int';
+CREATE FUNCTION @extschema@.advlock_fence_update_check()
+RETURNS trigger VOLATILE LANGUAGE c AS 'MODULE_PATHNAME', 'advlock_fence_update_check';
+
+CREATE OR REPLACE TRIGGER advlock_fences_guard BEFORE UPDATE ON @extschema@.advlock_fences FOR EACH ROW
+    EXECUTE FUNCTION @extschema@.advlock_fence_update_check();
 -- </generated: new objects>
 
 -- One-line descriptions for \df+ and obj_description: every function and view of advlock has
@@ -201,6 +352,14 @@ COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.
   'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
 COMMENT ON FUNCTION @extschema@.advlock_fence_guard() IS
   'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token or changes the key';
+COMMENT ON FUNCTION @extschema@.advlock_fence_checked(pg_catalog.int8, pg_catalog.int8) IS
+  'advlock (internal, may change): advlock_fence in PL/pgSQL, which advlock_fence calls for what it does not pass itself: checks the arguments, passes or refuses (LK001)';
+COMMENT ON FUNCTION @extschema@.advlock_fence_checked(pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
+  'advlock (internal, may change): advlock_fence(ns, id text, token) in PL/pgSQL, which advlock_fence calls for what it does not pass itself';
+COMMENT ON FUNCTION @extschema@.advlock_fence_checked(pg_catalog.text, pg_catalog.int8, pg_catalog.int8) IS
+  'advlock (internal, may change): advlock_fence(ns, id bigint, token) in PL/pgSQL, which advlock_fence calls for what it does not pass itself';
+COMMENT ON FUNCTION @extschema@.advlock_fence_update_check() IS
+  'advlock (internal, trigger of advlock_fences; may change): passes an update that keeps the key and does not lower the token, hands any other to advlock_fence_guard';
 COMMENT ON FUNCTION @extschema@.advlock_lease_check(pg_catalog.int8) IS
   'advlock: in a write transaction, raise LK002 when lease is no longer held (released, expired, or its grant lost in a failover); returns its expires_at otherwise; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_lease_expiry(pg_catalog.int8, pg_catalog.text) IS

@@ -161,6 +161,14 @@ COMMENT ON FUNCTION @extschema@.advlock_fence_reset(pg_catalog.text, pg_catalog.
   'advlock: forget the fence of advlock_key(ns, id); needs DELETE on advlock_fences; returns the token it had, or NULL';
 COMMENT ON FUNCTION @extschema@.advlock_fence_guard() IS
   'advlock (internal, trigger of advlock_fences; may change): refuses an update that lowers a token or changes the key';
+COMMENT ON FUNCTION @extschema@.advlock_fence_checked(pg_catalog.int8, pg_catalog.int8) IS
+  'advlock (internal, may change): advlock_fence in PL/pgSQL, which advlock_fence calls for what it does not pass itself: checks the arguments, passes or refuses (LK001)';
+COMMENT ON FUNCTION @extschema@.advlock_fence_checked(pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
+  'advlock (internal, may change): advlock_fence(ns, id text, token) in PL/pgSQL, which advlock_fence calls for what it does not pass itself';
+COMMENT ON FUNCTION @extschema@.advlock_fence_checked(pg_catalog.text, pg_catalog.int8, pg_catalog.int8) IS
+  'advlock (internal, may change): advlock_fence(ns, id bigint, token) in PL/pgSQL, which advlock_fence calls for what it does not pass itself';
+COMMENT ON FUNCTION @extschema@.advlock_fence_update_check() IS
+  'advlock (internal, trigger of advlock_fences; may change): passes an update that keeps the key and does not lower the token, hands any other to advlock_fence_guard';
 COMMENT ON FUNCTION @extschema@.advlock_lease_check(pg_catalog.int8) IS
   'advlock: in a write transaction, raise LK002 when lease is no longer held (released, expired, or its grant lost in a failover); returns its expires_at otherwise; needs shared_preload_libraries';
 COMMENT ON FUNCTION @extschema@.advlock_lease_expiry(pg_catalog.int8, pg_catalog.text) IS

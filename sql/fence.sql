@@ -13,12 +13,19 @@
 -- it is on every fenced write's path, and a function-level setting costs a GUC save and restore
 -- per call; every name in it is qualified instead (pg_test/reliability/test_security.py calls
 -- it under hostile search_paths).
+--
+-- The PL/pgSQL advlock_fence is named by a placeholder below (build_edition.py's TEMPLATE_NAMES):
+-- in the SQL edition advlock_fence itself; in the extension advlock_fence_checked, behind the Rust
+-- advlock_fence (src/fences.rs), which runs the same upsert through a kept plan and calls this
+-- function for everything but a pass -- a missing or non-positive argument, a refusal -- so
+-- every message is raised here, in both. (The PL/pgSQL alone cost 1.5x the single-row upsert it
+-- replaces, bench case 11.)
 
 -- The bare key's form is written out; the (ns, id text) and (ns, id bigint) forms are one
 -- template, which scripts/build_edition.sh writes out once per form into sql/fence.sql (the form
 -- templates of scripts/build_edition.py, as in edition/src). The checks run only when an argument
 -- is missing or out of range, the refusal only when the upsert changed nothing.
-CREATE FUNCTION @extschema@.advlock_fence(key pg_catalog.int8, token pg_catalog.int8)
+CREATE FUNCTION @extschema@.advlock_fence_checked(key pg_catalog.int8, token pg_catalog.int8)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -38,7 +45,7 @@ BEGIN
         END IF;
     END IF;
     INSERT INTO @extschema@.advlock_fences AS f (key, token)
-         VALUES (advlock_fence.key, advlock_fence.token)
+         VALUES (advlock_fence_checked.key, advlock_fence_checked.token)
     ON CONFLICT ON CONSTRAINT advlock_fences_pkey DO UPDATE
            SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by
          WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;
@@ -46,10 +53,10 @@ BEGIN
         -- Refused: the row is locked by the upsert above (ON CONFLICT DO UPDATE locks the
         -- conflicting row even when its WHERE is false), so this reads the token that refused it.
         SELECT f.token, f.passed_at, f.passed_by INTO passed
-          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) advlock_fence.key;
+          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) advlock_fence_checked.key;
         RAISE EXCEPTION 'fence of % refused token %: token % has passed it',
-                        'key ' OPERATOR(pg_catalog.||) advlock_fence.key,
-                        advlock_fence.token, passed.token
+                        'key ' OPERATOR(pg_catalog.||) advlock_fence_checked.key,
+                        advlock_fence_checked.token, passed.token
             USING ERRCODE = 'LK001',
                   DETAIL = pg_catalog.format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
                                              passed.token, passed.passed_at, passed.passed_by),
@@ -58,7 +65,7 @@ BEGIN
 END
 $fn$;
 
-CREATE FUNCTION @extschema@.advlock_fence(ns pg_catalog.text, id pg_catalog.text, token pg_catalog.int8)
+CREATE FUNCTION @extschema@.advlock_fence_checked(ns pg_catalog.text, id pg_catalog.text, token pg_catalog.int8)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -84,7 +91,7 @@ BEGIN
         END IF;
     END IF;
     INSERT INTO @extschema@.advlock_fences AS f (key, token, ns, id)
-         VALUES (@extschema@.advlock_key(advlock_fence.ns, advlock_fence.id), advlock_fence.token, advlock_fence.ns, advlock_fence.id)
+         VALUES (@extschema@.advlock_key(advlock_fence_checked.ns, advlock_fence_checked.id), advlock_fence_checked.token, advlock_fence_checked.ns, advlock_fence_checked.id)
     ON CONFLICT ON CONSTRAINT advlock_fences_pkey DO UPDATE
            SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by
          WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;
@@ -92,11 +99,11 @@ BEGIN
         -- Refused: the row is locked by the upsert above (ON CONFLICT DO UPDATE locks the
         -- conflicting row even when its WHERE is false), so this reads the token that refused it.
         SELECT f.token, f.passed_at, f.passed_by INTO passed
-          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) @extschema@.advlock_key(advlock_fence.ns, advlock_fence.id);
+          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) @extschema@.advlock_key(advlock_fence_checked.ns, advlock_fence_checked.id);
         RAISE EXCEPTION 'fence of % refused token %: token % has passed it',
-                        'key ' OPERATOR(pg_catalog.||) @extschema@.advlock_key(advlock_fence.ns, advlock_fence.id) OPERATOR(pg_catalog.||) ' = advlock_key(''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence.ns, '''', '''''')
-                      OPERATOR(pg_catalog.||) ''', ' OPERATOR(pg_catalog.||) '''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence.id, '''', '''''') OPERATOR(pg_catalog.||) '''' OPERATOR(pg_catalog.||) ')',
-                        advlock_fence.token, passed.token
+                        'key ' OPERATOR(pg_catalog.||) @extschema@.advlock_key(advlock_fence_checked.ns, advlock_fence_checked.id) OPERATOR(pg_catalog.||) ' = advlock_key(''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence_checked.ns, '''', '''''')
+                      OPERATOR(pg_catalog.||) ''', ' OPERATOR(pg_catalog.||) '''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence_checked.id, '''', '''''') OPERATOR(pg_catalog.||) '''' OPERATOR(pg_catalog.||) ')',
+                        advlock_fence_checked.token, passed.token
             USING ERRCODE = 'LK001',
                   DETAIL = pg_catalog.format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
                                              passed.token, passed.passed_at, passed.passed_by),
@@ -105,7 +112,7 @@ BEGIN
 END
 $fn$;
 
-CREATE FUNCTION @extschema@.advlock_fence(ns pg_catalog.text, id pg_catalog.int8, token pg_catalog.int8)
+CREATE FUNCTION @extschema@.advlock_fence_checked(ns pg_catalog.text, id pg_catalog.int8, token pg_catalog.int8)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -131,7 +138,7 @@ BEGIN
         END IF;
     END IF;
     INSERT INTO @extschema@.advlock_fences AS f (key, token, ns, id)
-         VALUES (@extschema@.advlock_key(advlock_fence.ns, advlock_fence.id), advlock_fence.token, advlock_fence.ns, advlock_fence.id::pg_catalog.text)
+         VALUES (@extschema@.advlock_key(advlock_fence_checked.ns, advlock_fence_checked.id), advlock_fence_checked.token, advlock_fence_checked.ns, advlock_fence_checked.id::pg_catalog.text)
     ON CONFLICT ON CONSTRAINT advlock_fences_pkey DO UPDATE
            SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by
          WHERE f.token OPERATOR(pg_catalog.<=) excluded.token;
@@ -139,11 +146,11 @@ BEGIN
         -- Refused: the row is locked by the upsert above (ON CONFLICT DO UPDATE locks the
         -- conflicting row even when its WHERE is false), so this reads the token that refused it.
         SELECT f.token, f.passed_at, f.passed_by INTO passed
-          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) @extschema@.advlock_key(advlock_fence.ns, advlock_fence.id);
+          FROM @extschema@.advlock_fences f WHERE f.key OPERATOR(pg_catalog.=) @extschema@.advlock_key(advlock_fence_checked.ns, advlock_fence_checked.id);
         RAISE EXCEPTION 'fence of % refused token %: token % has passed it',
-                        'key ' OPERATOR(pg_catalog.||) @extschema@.advlock_key(advlock_fence.ns, advlock_fence.id) OPERATOR(pg_catalog.||) ' = advlock_key(''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence.ns, '''', '''''')
-                      OPERATOR(pg_catalog.||) ''', ' OPERATOR(pg_catalog.||) advlock_fence.id::pg_catalog.text OPERATOR(pg_catalog.||) ')',
-                        advlock_fence.token, passed.token
+                        'key ' OPERATOR(pg_catalog.||) @extschema@.advlock_key(advlock_fence_checked.ns, advlock_fence_checked.id) OPERATOR(pg_catalog.||) ' = advlock_key(''' OPERATOR(pg_catalog.||) pg_catalog.replace(advlock_fence_checked.ns, '''', '''''')
+                      OPERATOR(pg_catalog.||) ''', ' OPERATOR(pg_catalog.||) advlock_fence_checked.id::pg_catalog.text OPERATOR(pg_catalog.||) ')',
+                        advlock_fence_checked.token, passed.token
             USING ERRCODE = 'LK001',
                   DETAIL = pg_catalog.format('Token %s passed it at %s (role "%s"); a token passes a fence only while no larger one has.',
                                              passed.token, passed.passed_at, passed.passed_by),
@@ -256,7 +263,11 @@ $fn$;
 
 -- The table's guard (BEFORE UPDATE, sql/fence_table.sql), fired only when an UPDATE would
 -- lower a token or move a row to another key: what advlock_fence never does, but a role with
--- UPDATE on the table could try. Forgetting a fence is a DELETE (advlock_fence_reset).
+-- UPDATE on the table could try. Forgetting a fence is a DELETE (advlock_fence_reset). The SQL
+-- edition's trigger calls it under a WHEN clause; the extension's calls the Rust
+-- advlock_fence_update_check (src/fences.rs), which checks the same two conditions without a
+-- WHEN (PostgreSQL parses and plans a WHEN anew in every statement) and calls this function
+-- when one of them holds.
 CREATE FUNCTION @extschema@.advlock_fence_guard()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE

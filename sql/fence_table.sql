@@ -8,9 +8,12 @@
 --    statement's start, the current role): PUBLIC cannot insert other values (a role that
 --    updates the table by hand can write others there: they are information, not the fence).
 --    The guard trigger refuses an update that lowers a token or changes the key: that is a
---    reset, for those who may reset. (It checks nothing else: each condition of its WHEN is
---    evaluated on every pass of every fence -- comparing passed_by with the current role alone
---    cost a third of the upsert in bench case 11.)
+--    reset, for those who may reset. (It checks nothing else: its check runs on every pass of
+--    every fence -- comparing passed_by with the current role alone cost a third of the upsert
+--    in bench case 11. It is Rust, advlock_fence_update_check (src/fences.rs), without a WHEN
+--    clause, which PostgreSQL would parse and plan anew in every statement; on a refusal it
+--    calls the PL/pgSQL advlock_fence_guard, which raises. The SQL edition's trigger is the
+--    WHEN form of the same two conditions, edition/src/fence_table.sql.)
 --  * reset a fence (advlock_fence_reset): DELETE, which only the owner has -- the role that ran
 --    CREATE EXTENSION (@extowner@: in a trusted install the database owner, not the bootstrap
 --    superuser the script runs as) -- and superusers; they may grant it;
@@ -30,8 +33,7 @@ CREATE TABLE @extschema@.advlock_fences (
 );
 
 CREATE TRIGGER advlock_fences_guard BEFORE UPDATE ON @extschema@.advlock_fences FOR EACH ROW
-    WHEN (NEW.token OPERATOR(pg_catalog.<) OLD.token OR NEW.key OPERATOR(pg_catalog.<>) OLD.key)
-    EXECUTE FUNCTION @extschema@.advlock_fence_guard();
+    EXECUTE FUNCTION @extschema@.advlock_fence_update_check();
 
 ALTER TABLE @extschema@.advlock_fences OWNER TO @extowner@;
 GRANT SELECT, INSERT (key, token, ns, id), UPDATE (token, passed_at, passed_by)

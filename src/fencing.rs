@@ -143,11 +143,13 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.advlock_token_seq', '');
     bootstrap
 );
 
-// Fences in the database (docs/fences.md): advlock_fence and advlock_fence_reset, PL/pgSQL
-// shared with the SQL edition (sql/fence.sql), then the table they write (sql/fence_table.sql).
+// Fences in the database (docs/fences.md): the PL/pgSQL of advlock_fence (advlock_fence_checked
+// here), advlock_fence_reset and the guard, shared with the SQL edition (sql/fence.sql); the Rust
+// advlock_fence and the guard trigger's function (src/fences.rs, "fence_hot_path"); then the
+// table they write (sql/fence_table.sql).
 pgrx::extension_sql_file!("../sql/fence.sql", name = "fence");
 pgrx::extension_sql_file!(
     "../sql/fence_table.sql",
     name = "fence_table",
-    requires = ["fence"]
+    requires = ["fence", "fence_hot_path"]
 );

@@ -13,9 +13,13 @@
 //!   materialize mode, the rows going straight into the executor's tuplestore (pgrx's
 //!   value-per-call iterator cost as much per row as building the row);
 //! - the four snapshot-free waits (all four declared in `snapshot_free_wait`): procedures,
-//!   which pgrx cannot declare, that commit before they wait.
+//!   which pgrx cannot declare, that commit before they wait;
+//! - the three `advlock_fence` functions and the trigger `advlock_fence_update_check` (declared
+//!   in `fences`): on every fenced write's path; and what they hand to the PL/pgSQL must raise
+//!   from outside pgrx's guard, which turns a SQLSTATE it does not know (LK001) into XX000.
 use crate::diagnostics::{self, HOLDER_ENTRY_COLUMNS};
 use crate::errors::Report;
+use crate::fences;
 use crate::keys::{self, advlock_key_bytes};
 use crate::lock_request::{timeout, Mode, Scope, Target};
 use crate::server_text::{self, ServerText, ServerTextOut};
@@ -46,6 +50,10 @@ version_1!(
     pg_finfo_advlock_wait_lease,
     pg_finfo_advlock_wait_campaign,
     pg_finfo_advlock_wait_leader,
+    pg_finfo_advlock_fence_key,
+    pg_finfo_advlock_fence_text,
+    pg_finfo_advlock_fence_int,
+    pg_finfo_advlock_fence_update_check,
 );
 
 /// Argument `n`: its datum, or None when it is SQL NULL.
@@ -177,6 +185,58 @@ unsafe extern "C-unwind" fn checked_key_ns(fcinfo: pg_sys::FunctionCallInfo) -> 
     // SAFETY: as in advlock_key_ns_wrapper.
     let key = unsafe { keys::advlock_key_ns(arg::<ServerText>(fcinfo, 0)) };
     pg_sys::Datum::from(key)
+}
+
+// ---- advlock_fence and the guard of advlock_fences ----
+// Not under pgrx's guard themselves: `fences` runs its checks under the guard and then calls the
+// PL/pgSQL that raises from these frames, so that its SQLSTATE (LK001) reaches PostgreSQL as is.
+
+/// `advlock_fence(key bigint, token bigint) → void`.
+///
+/// # Safety
+/// Called by the function manager, as declared in `fences`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn advlock_fence_key(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: fcinfo is this call's, of the (key bigint, token bigint) form.
+    unsafe { fences::fence(fcinfo, fences::Form::Key) }
+}
+
+/// `advlock_fence(ns text, id text, token bigint) → void`.
+///
+/// # Safety
+/// Called by the function manager, as declared in `fences`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn advlock_fence_text(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: fcinfo is this call's, of the (ns text, id text, token bigint) form.
+    unsafe { fences::fence(fcinfo, fences::Form::Text) }
+}
+
+/// `advlock_fence(ns text, id bigint, token bigint) → void`.
+///
+/// # Safety
+/// Called by the function manager, as declared in `fences`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn advlock_fence_int(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: fcinfo is this call's, of the (ns text, id bigint, token bigint) form.
+    unsafe { fences::fence(fcinfo, fences::Form::Int) }
+}
+
+/// `advlock_fence_update_check() → trigger`, the BEFORE UPDATE row trigger of advlock_fences.
+///
+/// # Safety
+/// Called by the function manager, as declared in `fences`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn advlock_fence_update_check(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: fcinfo is this call's; update_check checks its context before reading it.
+    unsafe { fences::update_check(fcinfo) }
 }
 
 // ---- advlock_holder_entries ----

@@ -9,6 +9,7 @@ mod backend;
 mod diagnostics;
 mod election;
 mod errors;
+mod fences;
 mod fencing;
 mod fmgr;
 mod gucs;

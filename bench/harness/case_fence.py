@@ -9,8 +9,10 @@ Many short rounds in rotated order, median. All in one run, so the ratios are si
   single-row upsert they replace, into a table of the same shape as advlock_fences
   (`INSERT … ON CONFLICT (key) DO UPDATE SET token = excluded.token, …`). Target: the key form
   ≤ 1.3× the plain upsert. Beside them, to say where the difference goes: the hand-written fence
-  (the same upsert `WHERE f.token <= excluded.token`) and that upsert straight into
-  advlock_fences (its CHECK and guard trigger, without the function around it).
+  (the same upsert `WHERE f.token <= excluded.token`), that upsert straight into advlock_fences
+  (its guard trigger, without the function around it), and the PL/pgSQL the Rust advlock_fence
+  calls when it does not pass a token itself, advlock_fence_checked (the SQL edition's
+  advlock_fence, here behind the extension's guard), called directly.
 * a write transaction: `BEGIN; UPDATE one row; [fence;] COMMIT;` with and without the fence
   (reported, no target).
 
@@ -39,6 +41,7 @@ SELECT advlock_fence('bench', g, 1) FROM generate_series(0, 999) g;
 """
 SET = "SET token = excluded.token, passed_at = excluded.passed_at, passed_by = excluded.passed_by"
 PLAIN, FENCE, FENCE_NS = "single-row upsert (plain)", "advlock_fence(key, token)", "advlock_fence(ns, id, token)"
+CHECKED = "advlock_fence_checked(key, token): the PL/pgSQL alone"
 CALLS = {
     PLAIN: f"INSERT INTO bench_fence_plain AS f (key, token) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE {SET}",
     "hand-written fence (upsert WHERE token <=)":
@@ -49,6 +52,7 @@ CALLS = {
         "WHERE f.token <= excluded.token",
     FENCE: "SELECT advlock_fence(%s::bigint, %s::bigint)",
     FENCE_NS: "SELECT advlock_fence('bench', %s::bigint, %s::bigint)",
+    CHECKED: "SELECT advlock_fence_checked(%s::bigint, %s::bigint)",
 }
 UNFENCED, FENCED = "write transaction, unfenced", "write transaction + advlock_fence(key, token)"
 WRITE = "UPDATE bench_fence_data SET v = v + 1 WHERE id = %s"
@@ -81,12 +85,14 @@ def run(ctx: Ctx) -> dict:
     # lands in a few samples of every variant, not in all samples of one.
     n = ctx.size(2_000, 200)
     rounds = ctx.size(25, 2)
-    names = list(CALLS) + [UNFENCED, FENCED]
-    cpu = {name: [] for name in names}
-    wall = {name: [] for name in names}
     rng = random.Random(11)
     with ctx.connect(app="bench-fence") as conn:
         conn.execute(SETUP)
+        # advlock_fence_checked came in 0.6.0: a baseline build (bench/run.sh --baseline) lacks it.
+        (has_checked,) = conn.execute("SELECT EXISTS (SELECT FROM pg_proc WHERE proname = 'advlock_fence_checked')").fetchone()
+        names = [n for n in CALLS if n != CHECKED or has_checked] + [UNFENCED, FENCED]
+        cpu = {name: [] for name in names}
+        wall = {name: [] for name in names}
         pid = conn.info.backend_pid
         for r in range(rounds):
             token = r + 2
@@ -114,7 +120,7 @@ def render(res: dict, ctx: Ctx) -> tuple[str, list[dict]]:
     cpu = {name: median(v) / 1000 for name, v in res["cpu"].items()}
     wall = {name: median(v) / 1000 for name, v in res["wall"].items()}
     calls = [[name, f"{cpu[name]:.1f}", f"{cpu[name] / cpu[PLAIN]:.2f}×", f"{wall[name]:.1f}",
-              f"{wall[name] / wall[PLAIN]:.2f}×"] for name in CALLS]
+              f"{wall[name] / wall[PLAIN]:.2f}×"] for name in CALLS if name in cpu]
     txns = [[name, f"{cpu[name]:.1f}", f"{cpu[name] / cpu[UNFENCED]:.2f}×", f"{wall[name]:.1f}",
              f"{wall[name] / wall[UNFENCED]:.2f}×"] for name in (UNFENCED, FENCED)]
     ratio = cpu[FENCE] / cpu[PLAIN]
