@@ -3,7 +3,7 @@
 # from the test command's copy of the tree, where the build is installed) and
 # writes a markdown report with PASS/FAIL per target plus SVG charts.
 #
-#   bench/run.sh           full run (~10 min): release build installed first, report and charts
+#   bench/run.sh           full run (~19 min): release build installed first, report and charts
 #                          into bench/results/ (committed; the README links them)
 #   bench/run.sh --quick   tiny sizes (< 60 s) against whatever build is installed (the test
 #                          command installs a debug build just before); output into a scratch
