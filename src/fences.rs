@@ -19,6 +19,12 @@
 //!   lower the token, and hands any other to the PL/pgSQL guard `advlock_fence_guard`, which
 //!   raises (LK001, 42501).
 //!
+//! An error the fast path's upsert raises (a missing privilege on `advlock_fences`, say) comes
+//! back through pgrx's guard, rebuilt: message, SQLSTATE, DETAIL and HINT kept, CONTEXT
+//! dropped, and a Rust backtrace appended to the DETAIL when the server runs with
+//! RUST_BACKTRACE set. A transaction that cannot write is therefore sent to the checked path
+//! before the upsert, so that its error is PostgreSQL's own.
+//!
 //! The statement text names every object schema-qualified (the extension's schema, looked up
 //! from the called function) and its operators as OPERATOR(pg_catalog.x): a hostile search_path
 //! reaches nothing (pg_test/reliability/test_security.py). The plan is kept per function OID, so
@@ -199,7 +205,13 @@ unsafe extern "C-unwind" fn fence_fast(
         let function = (*(*fcinfo).flinfo).fn_oid;
         let n = form.argtypes().len();
         let args = (*fcinfo).args.as_slice(n);
-        let passable = args.iter().all(|a| !a.isnull)
+        // A transaction that cannot write goes straight to the checked path, whose upsert
+        // raises PostgreSQL's own error there: run through SPI under pgrx's guard, that error
+        // would come back rebuilt (with a Rust backtrace in its DETAIL when the server runs
+        // with RUST_BACKTRACE set).
+        let passable = !crate::lockmgr::in_read_only_transaction()
+            && !crate::lockmgr::in_recovery()
+            && args.iter().all(|a| !a.isnull)
             && args[n - 1].value.value() as i64 >= 1
             && (form == Form::Key
                 || pgrx::varlena::varsize_any_exhdr(
