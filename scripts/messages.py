@@ -366,6 +366,7 @@ class RustFile:
         self.blank = rust_blank(self.src)
         self.consts = {m.group(1): rust_literal(self.src, m.start(2))[0]
                        for m in re.finditer(r'\bconst\s+(\w+)\s*:\s*&(?:\'static\s+)?str\s*=\s*(")', self.src)}
+        self.calls = {}  # function name -> its calls here (calls_of)
         self.fns = []  # (name, params, body start, body end)
         for m in re.finditer(r"\bfn\s+(\w+)\s*(?:<[^>]*>)?\s*\(", self.blank):
             params, end = rust_args(self.src, self.blank, m.end() - 1)
@@ -383,6 +384,14 @@ class RustFile:
             names = [re.sub(r"^mut\s+", "", p.split(":")[0].strip()) for p in params
                      if re.fullmatch(r"[^:]+:\s*(&(\'\w+\s+)?str|impl Into<String>|String)", p.strip())]
             self.fns.append((m.group(1), names, body, j + 1))
+
+    def calls_of(self, name):
+        """The matches of `name(` here that are calls (not its definition); kept per file, which
+        PARSED keeps per text."""
+        if name not in self.calls:
+            self.calls[name] = [m for m in re.finditer(rf"(?<![\w.]){name}\(", self.blank)
+                                if not re.search(r"(?<![\w.])fn\s+$", self.blank[max(0, m.start() - 80):m.start()])]
+        return self.calls[name]
 
     def line(self, i):
         return self.src.count("\n", 0, i) + 1
@@ -553,8 +562,7 @@ def rust_messages(checker):
 
 def calls_of(files, name):
     """The calls of function name: (file, match of `name(`), its definition left out."""
-    return [(f, m) for f in files for m in re.finditer(rf"(?<![\w.]){name}\(", f.blank)
-            if not re.search(r"\bfn\s+$", f.blank[:m.start()])]
+    return [(f, m) for f in files for m in f.calls_of(name)]
 
 
 def null_argument_messages(f):
@@ -597,8 +605,9 @@ def format_args(f, i):
 
 # ---- PL/pgSQL (the extension's sql/ and the SQL edition) -------------------------------------
 
-def sql_split(text, sep_re):
-    """Splits text at the top-level matches of sep_re (outside '...' and parentheses)."""
+def sql_split(text, sep_re, maxsplit=0):
+    """Splits text at the top-level matches of sep_re (outside '...' and parentheses); at most
+    maxsplit times when it is not 0 (the rest is the last part), as str.split does."""
     parts, depth, start, i = [], 0, 0, 0
     sep = re.compile(sep_re, re.I)
     while i < len(text):
@@ -621,6 +630,8 @@ def sql_split(text, sep_re):
             if m and m.end() > i:
                 parts.append(text[start:i])
                 start = i = m.end()
+                if len(parts) == maxsplit:
+                    break
                 continue
         i += 1
     parts.append(text[start:])
@@ -744,7 +755,7 @@ def sql_messages(checker, side):
         for m in re.finditer(r"\bRAISE\b", src):
             if "--" in src[src.rfind("\n", 0, m.start()) + 1:m.start()]:
                 continue  # a comment
-            stmt = sql_split(src[m.end():], r";")[0]
+            stmt = sql_split(src[m.end():], r";", 1)[0]
             if not stmt:
                 continue  # RAISE; re-raises
             where = f"{rel}:{origins[src.count(chr(10), 0, m.start())]}"
