@@ -249,7 +249,8 @@ async function openPostgres(module: unknown, connectionString: string, applicati
     close: async () => {
       death.closing = true;
       reserved.release();
-      await sql.end({ timeout: 5 }).catch(() => undefined);
+      // A dead connection has nothing to finish: postgres.js would wait out the timeout.
+      await sql.end({ timeout: death.dead ? 0 : 5 }).catch(() => undefined);
     },
     dead: () => death.dead,
     onDeath: (listener) => death.on(listener),
