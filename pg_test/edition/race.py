@@ -2,7 +2,7 @@
 reused as is: same pairs, same invariants, same assertions; it prints its figures) against
 the SQL edition.
 Connection as relsupport reads it: ADVLOCK_PGHOST / ADVLOCK_PGPORT / ADVLOCK_PGDATABASE.
-Iterations: 2,000 per pair (ADVLOCK_FULL=1: 20,000). Prints the figures; exits 1 on a violation.
+Iterations: 2,000 per pair (ADVLOCK_FULL=1: 20,000; ADVLOCK_SMALL=1: 500). Prints the figures; exits 1 on a violation.
 """
 import sys
 import traceback

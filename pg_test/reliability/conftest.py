@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from relsupport import FIGURES, FULL, HERE, PG, advlock_key
+from relsupport import FIGURES, FULL, SMALL, HERE, PG, advlock_key
 
 HUGE_ID_BYTES = 100 * 1024 * 1024
 _huge_reference = {}
@@ -52,7 +52,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 def pytest_terminal_summary(terminalreporter):
     if FIGURES:
-        terminalreporter.section(f"advlock reliability figures ({'ADVLOCK_FULL=1' if FULL else 'default sizes'})")
+        terminalreporter.section(f"advlock reliability figures ({'ADVLOCK_FULL=1' if FULL else 'ADVLOCK_SMALL=1' if SMALL else 'default sizes'})")
         for line in FIGURES:
             terminalreporter.write_line(line)
 

@@ -26,6 +26,9 @@ WORKDIR = os.environ.get("ADVLOCK_WORKDIR", "")
 PGDATA = os.environ.get("ADVLOCK_PGDATA", "")
 STANDBY_PORT = int(os.environ.get("ADVLOCK_STANDBY_PORT", "5428"))
 FULL = os.environ.get("ADVLOCK_FULL", "") == "1"
+# ADVLOCK_SMALL=1: the stresses at a quarter of their default sizes (the test command runs the SQL
+# edition's on the majors other than the default so: the same PL/pgSQL, on each server).
+SMALL = not FULL and os.environ.get("ADVLOCK_SMALL", "") == "1"
 
 FIGURES = []  # lines shown at the end of the run (conftest.pytest_terminal_summary)
 
@@ -37,7 +40,7 @@ def figure(line):
 
 
 __all__ = ["figure", "FIGURES", "advlock_key", "HOST", "PORT", "DATABASE", "WORKDIR", "PGDATA", "PGBIN", "STANDBY_PORT",
-           "FULL", "connect", "wait_until", "advisory_locks", "wait_for_waiter", "abrupt_close",
+           "FULL", "SMALL", "connect", "wait_until", "advisory_locks", "wait_for_waiter", "abrupt_close",
            "as_postgres", "Notices", "backend_alive"]
 
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from relsupport import FULL, abrupt_close, figure, advisory_locks, backend_alive, connect, wait_for_waiter, wait_until
+from relsupport import FULL, SMALL, abrupt_close, figure, advisory_locks, backend_alive, connect, wait_for_waiter, wait_until
 
 
 @pytest.fixture
@@ -230,7 +230,7 @@ def test_grant_timeout_race(admin, key):
     advlock_try_with_timeout in session and xact scope, advlock_lock_with_timeout in session
     scope. A try must return true (holding exactly one lock) or false (holding nothing), never
     raise; a lock call must succeed (holding one) or raise its own timeout error (holding none)."""
-    iterations = 20000 if FULL else 2000
+    iterations = 20000 if FULL else 500 if SMALL else 2000
     seed = int(os.environ.get("ADVLOCK_SEED", random.randrange(1 << 30)))
     print(f"\ngrant/timeout race: seed {seed} (ADVLOCK_SEED), {iterations} iterations per pair")
     figures, violations, escaped, errors = {}, [], [], []

@@ -31,13 +31,13 @@ from collections import Counter
 import psycopg
 import pytest
 
-from relsupport import FULL, advisory_locks, advlock_key, connect, figure, wait_for_waiter
+from relsupport import FULL, SMALL, advisory_locks, advlock_key, connect, figure, wait_for_waiter
 
 NS = "stress"
 IDS = list(range(12))
 KEY_OF = {i: advlock_key(NS, i) for i in IDS}
 CLIENTS = 16
-CALLS = 100000 if FULL else 20000
+CALLS = 100000 if FULL else 5000 if SMALL else 20000
 DEADLOCK_TIMEOUT = "10ms"
 
 # One statement per call; the server-side duration of the call (clock_timestamp() is evaluated
