@@ -19,11 +19,14 @@
 //!   lower the token, and hands any other to the PL/pgSQL guard `advlock_fence_guard`, which
 //!   raises (LK001, 42501).
 //!
-//! An error the fast path's upsert raises (a missing privilege on `advlock_fences`, say) comes
-//! back through pgrx's guard, rebuilt: message, SQLSTATE, DETAIL and HINT kept, CONTEXT
-//! dropped, and a Rust backtrace appended to the DETAIL when the server runs with
-//! RUST_BACKTRACE set. A transaction that cannot write is therefore sent to the checked path
-//! before the upsert, so that its error is PostgreSQL's own.
+//! What the fast path's upsert raises -- a missing privilege on `advlock_fences`, a statement
+//! timeout, cancel or deadlock while it waits for the row's lock, a serialization failure, a
+//! transaction that cannot write -- is PostgreSQL's own error, as a C function's is: message,
+//! SQLSTATE, DETAIL, HINT and CONTEXT (`SQL statement "INSERT INTO ..."`). The upsert runs outside
+//! pgrx's guard, through SPI functions declared here (`unguarded`): pgrx's bindings catch an
+//! ERROR and raise it again rebuilt, CONTEXT lost and, when the server runs with RUST_BACKTRACE
+//! set, a Rust backtrace appended to the DETAIL. Only the decision and the lookups around the
+//! upsert run under the guard.
 //!
 //! The statement text names every object schema-qualified (the extension's schema, looked up
 //! from the called function) and its operators as OPERATOR(pg_catalog.x): a hostile search_path
@@ -33,7 +36,7 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::RefCell;
-use std::ffi::{CStr, CString};
+use std::ffi::{c_char, c_int, CStr, CString};
 
 /// The three forms of `advlock_fence`: their arguments, in SQL order, end with the token.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -119,28 +122,110 @@ unsafe fn sibling(function: pg_sys::Oid, name: &CStr, argtypes: &[pg_sys::Oid]) 
     }
 }
 
-/// The kept plan of `function`'s upsert, prepared on its first call in this backend.
+/// `advlock_fence` in `form`, called by the function manager (`fmgr`, without pgrx's guard):
+/// the decision under the guard ([`fence_fast`]), the upsert outside it ([`upsert`]), then, when
+/// the upsert did not pass the token, the call of the PL/pgSQL made here, outside the guard too
+/// -- so that what either raises (a missing privilege, a statement timeout, a deadlock; LK001: a
+/// SQLSTATE pgrx would turn into XX000 on its way through a guard) reaches PostgreSQL as raised,
+/// CONTEXT included.
 ///
 /// # Safety
-/// Between SPI_connect and SPI_finish; `function` is the called form of `advlock_fence`.
-unsafe fn plan(function: pg_sys::Oid, form: Form) -> pg_sys::SPIPlanPtr {
-    if let Some(plan) =
-        PREPARED.with_borrow(|p| p.iter().find(|p| p.function == function).map(|p| p.plan))
-    {
-        return plan;
+/// `fcinfo` is this call's, of the SQL function declared below for `form`.
+pub(crate) unsafe fn fence(fcinfo: pg_sys::FunctionCallInfo, form: Form) -> pg_sys::Datum {
+    let mut statement = Upsert::new(form);
+    // SAFETY: see the contract; fence_fast fills `statement` only for a call it passes on to the
+    // upsert, and fence_checked returns a call block it prepared for this call. This frame holds
+    // nothing with a destructor (`statement` is plain data), so an ERROR of the upsert or of the
+    // PL/pgSQL may leave it by longjmp, as it leaves any C function's.
+    unsafe {
+        if fence_fast(fcinfo, form, &mut statement) && upsert(&statement) {
+            return pg_sys::Datum::from(0);
+        }
+        call_or_pass(fcinfo, fence_checked(fcinfo, form), pg_sys::Datum::from(0))
     }
-    // SAFETY: see the contract; SPI_prepare raises on a statement that does not parse or names
-    // a missing object (it returns NULL only for a NULL text or without SPI_connect), and
-    // SPI_keepplan moves the plan it made out of SPI's procedure context, for the backend's life.
-    let plan = unsafe {
-        let text =
-            CString::new(form.statement(&quoted_schema_of(function))).expect("no NUL in SQL");
-        let types = form.argtypes();
-        let plan =
-            pg_sys::SPI_prepare(text.as_ptr(), types.len() as i32, types.as_ptr().cast_mut());
-        pg_sys::SPI_keepplan(plan);
-        plan
-    };
+}
+
+/// The fast path's upsert, as [`fence_fast`] hands it to [`upsert`]: plain data, nothing to drop.
+#[derive(Clone, Copy)]
+struct Upsert {
+    form: Form,
+    /// The called form of `advlock_fence`, whose plan this is.
+    function: pg_sys::Oid,
+    /// The kept plan; NULL on the function's first pass in this backend, `text` then.
+    plan: pg_sys::SPIPlanPtr,
+    /// The statement to prepare when `plan` is NULL: palloc'd, NUL-terminated.
+    text: *const c_char,
+    /// The arguments, `form.argtypes()` of them.
+    values: [pg_sys::Datum; 3],
+}
+
+impl Upsert {
+    fn new(form: Form) -> Self {
+        Upsert {
+            form,
+            function: pg_sys::InvalidOid,
+            plan: core::ptr::null_mut(),
+            text: core::ptr::null(),
+            values: [pg_sys::Datum::from(0); 3],
+        }
+    }
+}
+
+/// Runs `statement` through SPI: true when it inserted or updated the fence's row. Calls SPI
+/// through [`unguarded`], not pgrx's bindings, and holds nothing with a destructor: a PostgreSQL
+/// ERROR (a missing privilege, a statement timeout, a cancel or a deadlock while it waits for
+/// the row's lock, a serialization failure, a read-only transaction) leaves this frame, and
+/// `fence`'s, by longjmp, untouched: message, SQLSTATE, DETAIL, HINT, and the CONTEXT SPI adds
+/// (`SQL statement "INSERT INTO ..."`), as a C function's would.
+///
+/// # Safety
+/// In a transaction; `statement` was filled by [`fence_fast`] for this call.
+unsafe fn upsert(statement: &Upsert) -> bool {
+    let types = statement.form.argtypes();
+    let mut values = statement.values;
+    // SAFETY (every call below): these are PostgreSQL's own functions, called as C calls them.
+    // An ERROR leaves by siglongjmp to the nearest PG_TRY or to the top of the transaction
+    // through frames that hold no Rust destructor (this one: `Upsert`, `values`, `types`,
+    // `plan` are plain data and references), so skipping them loses nothing; what the
+    // connection left open is cleaned by PostgreSQL at abort (AtEOXact_SPI, or AtEOSubXact_SPI
+    // for a subtransaction's: SPI's stack and its procedure memory), and the memory contexts are
+    // PostgreSQL's to reset. Nothing here can panic: no allocation, no borrow, no indexing.
+    unsafe {
+        // SAFETY: see above; SPI_connect raises rather than fail (PostgreSQL 10 and later).
+        unguarded::SPI_connect();
+        let mut plan = statement.plan;
+        if plan.is_null() {
+            // SAFETY: see above; connected, `text` is the form's statement with
+            // `types.len()` parameters of `types`; SPI_prepare raises on a statement that does
+            // not parse or names a missing object, or a schema the caller may not use, and
+            // waits for the table's lock (it returns NULL only for a NULL text or without
+            // SPI_connect). SPI_keepplan moves the plan out of SPI's procedure memory, for the
+            // backend's life; it is remembered before it runs, so an ERROR below leaks nothing.
+            plan = unguarded::SPI_prepare(
+                statement.text,
+                types.len() as c_int,
+                types.as_ptr().cast_mut(),
+            );
+            unguarded::SPI_keepplan(plan);
+            remember(statement.function, plan);
+        }
+        // SAFETY: see above; `values` holds the plan's `types.len()` parameters, none NULL
+        // (fence_fast checked), valid for this call; the plan revalidates itself (the table's
+        // lock and a changed table are PostgreSQL's plan cache's concern).
+        let rc =
+            unguarded::SPI_execute_plan(plan, values.as_mut_ptr(), core::ptr::null(), false, 0);
+        // SPI_processed: a plain global, read as C reads it.
+        let wrote = rc == pg_sys::SPI_OK_INSERT as c_int && pg_sys::SPI_processed == 1;
+        // SAFETY: see above; connected by the SPI_connect above.
+        unguarded::SPI_finish();
+        wrote
+    }
+}
+
+/// Keeps `plan`, just prepared for `function`, for the backend's life. Under pgrx's guard: it
+/// only allocates.
+#[pg_guard]
+extern "C-unwind" fn remember(function: pg_sys::Oid, plan: pg_sys::SPIPlanPtr) {
     PREPARED.with_borrow_mut(|p| {
         p.push(Prepared {
             function,
@@ -148,21 +233,36 @@ unsafe fn plan(function: pg_sys::Oid, form: Form) -> pg_sys::SPIPlanPtr {
             checked: pg_sys::InvalidOid,
         })
     });
-    plan
 }
 
-/// `advlock_fence` in `form`, called by the function manager (`fmgr`, without pgrx's guard):
-/// the fast path under the guard, then, when it did not pass the token, the call of the PL/pgSQL
-/// made here, outside the guard -- so that what the PL/pgSQL raises (LK001: a SQLSTATE pgrx
-/// would turn into XX000 on its way through a guard) reaches PostgreSQL as raised.
-///
-/// # Safety
-/// `fcinfo` is this call's, of the SQL function declared below for `form`.
-pub(crate) unsafe fn fence(fcinfo: pg_sys::FunctionCallInfo, form: Form) -> pg_sys::Datum {
-    // SAFETY: see the contract; fence_fast returns NULL or a call block it prepared for this
-    // call. This frame holds nothing with a destructor, so the PL/pgSQL's ERROR may leave it by
-    // longjmp, as it leaves any C function's.
-    unsafe { call_or_pass(fcinfo, fence_fast(fcinfo, form), pg_sys::Datum::from(0)) }
+/// PostgreSQL's SPI functions that [`upsert`] calls, declared here as PostgreSQL's headers
+/// (executor/spi.h) declare them: the `pg_sys` functions of the same names are pgrx's bindings,
+/// Rust wrappers (pgrx-macros' `#[pg_guard]` on bindgen's extern block) that run each call in
+/// `pg_guard_ffi_boundary` -- a sigsetjmp that catches an ERROR, copies it into a Rust panic and
+/// lets pgrx raise it again, rebuilt: CONTEXT lost, and a Rust backtrace in the DETAIL when the
+/// server runs with RUST_BACKTRACE set. These link to PostgreSQL's symbols directly, with no
+/// frame of pgrx's between: an ERROR leaves by longjmp as from any C caller.
+mod unguarded {
+    use core::ffi::{c_char, c_int, c_long};
+    use pgrx::pg_sys::{Datum, Oid, SPIPlanPtr};
+
+    unsafe extern "C-unwind" {
+        pub(super) fn SPI_connect() -> c_int;
+        pub(super) fn SPI_prepare(
+            src: *const c_char,
+            nargs: c_int,
+            argtypes: *mut Oid,
+        ) -> SPIPlanPtr;
+        pub(super) fn SPI_keepplan(plan: SPIPlanPtr) -> c_int;
+        pub(super) fn SPI_execute_plan(
+            plan: SPIPlanPtr,
+            values: *mut Datum,
+            nulls: *const c_char,
+            read_only: bool,
+            tcount: c_long,
+        ) -> c_int;
+        pub(super) fn SPI_finish() -> c_int;
+    }
 }
 
 /// Returns `passed` when `call` is NULL; else calls it (the PL/pgSQL a guarded part prepared) and
@@ -189,51 +289,68 @@ unsafe fn call_or_pass(
     }
 }
 
-/// The fast path of `advlock_fence` in `form`, under pgrx's guard: NULL when it passed the
-/// token, else the call of `advlock_fence_checked` with the same arguments, prepared.
+/// The decision of `advlock_fence` in `form`, under pgrx's guard: true, with `statement` filled,
+/// when the call goes to the upsert (every argument present, the namespace non-empty, the token
+/// positive); false when it goes straight to `advlock_fence_checked`, which raises. Prepares
+/// nothing and calls no SPI: the kept plan when there is one, else the statement's text.
+///
+/// A transaction that cannot write (read-only, or on a standby) goes to the upsert too: its
+/// executor raises PostgreSQL's own 25006 there, as the PL/pgSQL's would after the same checks.
 ///
 /// # Safety
-/// As for [`fence`].
+/// As for [`fence`]; `statement` is writable.
 #[pg_guard]
 unsafe extern "C-unwind" fn fence_fast(
     fcinfo: pg_sys::FunctionCallInfo,
     form: Form,
-) -> pg_sys::FunctionCallInfo {
+    statement: *mut Upsert,
+) -> bool {
     // SAFETY: see the contract: the arguments are those of the form's signature; a non-null ns is
     // a text datum, the token an int8 (by value).
     unsafe {
         let function = (*(*fcinfo).flinfo).fn_oid;
         let n = form.argtypes().len();
         let args = (*fcinfo).args.as_slice(n);
-        // A transaction that cannot write goes straight to the checked path, whose upsert
-        // raises PostgreSQL's own error there: run through SPI under pgrx's guard, that error
-        // would come back rebuilt (with a Rust backtrace in its DETAIL when the server runs
-        // with RUST_BACKTRACE set).
-        let passable = !crate::lockmgr::in_read_only_transaction()
-            && !crate::lockmgr::in_recovery()
-            && args.iter().all(|a| !a.isnull)
+        let passable = args.iter().all(|a| !a.isnull)
             && args[n - 1].value.value() as i64 >= 1
             && (form == Form::Key
                 || pgrx::varlena::varsize_any_exhdr(
                     args[0].value.cast_mut_ptr::<pg_sys::varlena>(),
                 ) > 0);
-        if passable {
-            let mut values = [pg_sys::Datum::from(0); 3];
-            for (v, a) in values.iter_mut().zip(args) {
-                *v = a.value;
-            }
-            // SPI_connect raises rather than fail; a result other than one row inserted or
-            // updated goes to the checked path, which decides.
-            pg_sys::SPI_connect();
-            let plan = plan(function, form);
-            let rc =
-                pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), core::ptr::null(), false, 0);
-            let wrote = rc == pg_sys::SPI_OK_INSERT as i32 && pg_sys::SPI_processed == 1;
-            pg_sys::SPI_finish();
-            if wrote {
-                return core::ptr::null_mut();
-            }
+        if !passable {
+            return false;
         }
+        let statement = &mut *statement;
+        statement.function = function;
+        for (v, a) in statement.values.iter_mut().zip(args) {
+            *v = a.value;
+        }
+        statement.plan = PREPARED
+            .with_borrow(|p| p.iter().find(|p| p.function == function).map(|p| p.plan))
+            .unwrap_or(core::ptr::null_mut());
+        if statement.plan.is_null() {
+            // In the caller's memory context, for this call.
+            let text =
+                CString::new(form.statement(&quoted_schema_of(function))).expect("no NUL in SQL");
+            statement.text = pg_sys::pstrdup(text.as_ptr());
+        }
+        true
+    }
+}
+
+/// The call of `advlock_fence_checked` with the arguments of this call of `advlock_fence` in
+/// `form`, prepared under pgrx's guard for `call_or_pass`.
+///
+/// # Safety
+/// As for [`fence`].
+#[pg_guard]
+unsafe extern "C-unwind" fn fence_checked(
+    fcinfo: pg_sys::FunctionCallInfo,
+    form: Form,
+) -> pg_sys::FunctionCallInfo {
+    // SAFETY: see the contract; the called function exists, so does its sibling.
+    unsafe {
+        let function = (*(*fcinfo).flinfo).fn_oid;
         let checked = PREPARED.with_borrow(|p| {
             p.iter()
                 .find(|p| p.function == function)
@@ -250,7 +367,7 @@ unsafe extern "C-unwind" fn fence_fast(
         } else {
             checked
         };
-        prepare_call(fcinfo, checked, n)
+        prepare_call(fcinfo, checked, form.argtypes().len())
     }
 }
 

@@ -23,7 +23,10 @@
 # replaces the extension's file of that name in a temporary copy of the input directory. And
 # the edition's errors come from PL/pgSQL, which adds a CONTEXT line the extension's do not
 # have: psql runs with SHOW_CONTEXT=never and CONTEXT lines are dropped from the copied
-# expected files (the extension's plpgsql helpers have them too).
+# expected files (the extension's plpgsql helpers have them too). An overlay is copied after
+# that, as it is: a test that shows CONTEXT itself (fence_errors, fence-errors: the statement
+# that raised, and in the edition the PL/pgSQL function's line) has an overlay with the
+# edition's CONTEXT.
 #
 # Usage: pg_test/edition/run.sh [build install regress isolation vectors race keysets signatures move readme]
 set -uo pipefail
@@ -64,15 +67,16 @@ mkdir -p "$work/bin"
 printf '#!/bin/sh\nexec "%s/psql" -v SHOW_CONTEXT=never "$@"\n' "$PGBIN" >"$work/bin/psql"
 chmod 755 "$work/bin" "$work/bin/psql"
 
-# input_copy KIND: pg_test/KIND with the edition's overlays and without CONTEXT lines.
+# input_copy KIND: pg_test/KIND without CONTEXT lines, then with the edition's overlays (as
+# they are: their CONTEXT lines are the edition's).
 input_copy() {
   local kind=$1 dir="$work/$1-input" f
   cp -r "$tests/$kind" "$dir"
+  sed -i '/^CONTEXT:  /d' "$dir"/expected/*.out
   for f in "$here/expected"/*.out; do
     [ -f "$f" ] || continue
     if [ -f "$dir/expected/$(basename "$f")" ]; then cp "$f" "$dir/expected/"; fi
   done
-  sed -i '/^CONTEXT:  /d' "$dir"/expected/*.out
   chown -R postgres "$dir"
   echo "$dir"
 }
