@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Instructions per call of advlock's acquisition, counted by callgrind in a single-user backend
-# (deterministic for the same build and input: no clock, no scheduler), for two builds side by
-# side in one run, with PostgreSQL's own pg_try_advisory_lock as the yardstick.
+# Instructions per call of advlock's acquisition and key derivation, counted by callgrind in a
+# single-user backend (deterministic for the same build and input: no clock, no scheduler), for two
+# builds side by side in one run, with PostgreSQL's own pg_try_advisory_lock and hashtextextended
+# as the yardsticks.
 #
 #   bench/instructions.sh BASE.so NEW.so     e.g. two `cargo pgrx package --out-dir` trees'
 #                                            usr/lib/postgresql/17/lib/advlock.so
 #
 # Each statement runs N calls over distinct keys; its count minus a warm-up-only run's, over N,
-# is one call's (one acquire plus its release). The builds take turns as the installed
-# $libdir/advlock.so of PostgreSQL 17 (written beside it and renamed over it, never in place:
-# a running server keeps the file it mapped); the file installed before is put back at the end.
+# is one call's (one acquire plus its release; one key for hte, key_int and key_text). Each
+# build's first backend is not counted: the first after the setup does one-off work (counted as
+# the warm-up-only run's, it took about 3 instructions off each of the base's per-call figures).
+# The builds take turns as the installed $libdir/advlock.so of PostgreSQL 17 (written beside it
+# and renamed over it, never in place: a running server keeps the file it mapped); the file
+# installed before is put back at the end.
 # Needs valgrind; runs as root (the backend runs as postgres). Not run by the test command.
 set -euo pipefail
-[ $# -eq 2 ] || { sed -n 2,13p "$0"; exit 2; }
+[ $# -eq 2 ] || { sed -n 2,17p "$0"; exit 2; }
 bin=/usr/lib/postgresql/17/bin lib=/usr/lib/postgresql/17/lib
 work=$(mktemp -d /tmp/advlock-instructions.XXXXXX); chown postgres "$work"
 saved="$work/installed.so"; cp "$lib/advlock.so" "$saved"
@@ -25,12 +29,15 @@ printf 'CREATE EXTENSION advlock\n' | single bench >/dev/null
 
 N=20000
 series="generate_series(1::bigint, $N) g"
-warm="SELECT count(*) FROM generate_series(1::bigint, 100) g WHERE advlock_try_with_timeout(g, 0, 'session') AND advlock_unlock(g) AND advlock_try_with_timeout('bench', g, 0, 'session') AND advlock_unlock('bench', g) AND advlock_try_all_with_timeout(ARRAY[g, g+1000000, g+2000000], 0, 'session') AND advlock_unlock_all(ARRAY[g, g+1000000, g+2000000]) AND pg_try_advisory_lock(g) AND pg_advisory_unlock(g)"
-names=(builtin key ns key_set_of_3)
+warm="SELECT count(*) FROM generate_series(1::bigint, 100) g WHERE advlock_try_with_timeout(g, 0, 'session') AND advlock_unlock(g) AND advlock_try_with_timeout('bench', g, 0, 'session') AND advlock_unlock('bench', g) AND advlock_try_all_with_timeout(ARRAY[g, g+1000000, g+2000000], 0, 'session') AND advlock_unlock_all(ARRAY[g, g+1000000, g+2000000]) AND pg_try_advisory_lock(g) AND pg_advisory_unlock(g) AND advlock_key('bench', g) # advlock_key('bench', g::text) # hashtextextended('bench' || ':' || g, 0) <> 0"
+names=(builtin key ns key_set_of_3 hte key_int key_text)
 declare -A sql=(
   [builtin]="SELECT count(*) FROM $series WHERE pg_try_advisory_lock(g) AND pg_advisory_unlock(g)"
   [key]="SELECT count(*) FROM $series WHERE advlock_try_with_timeout(g, 200, 'session') AND advlock_unlock(g)"
   [ns]="SELECT count(*) FROM $series WHERE advlock_try_with_timeout('bench', g, 200, 'session') AND advlock_unlock('bench', g)"
+  [hte]="SELECT count(*) FROM $series WHERE hashtextextended('bench' || ':' || g, 0) <> 0"
+  [key_int]="SELECT count(*) FROM $series WHERE advlock_key('bench', g) <> 0"
+  [key_text]="SELECT count(*) FROM $series WHERE advlock_key('bench', g::text) <> 0"
   [key_set_of_3]="SELECT count(*) FROM $series WHERE advlock_try_all_with_timeout(ARRAY[g, g+1000000, g+2000000], 200, 'session') AND advlock_unlock_all(ARRAY[g, g+1000000, g+2000000])"
 )
 instructions() { # statements... -> total instructions of the backend
@@ -41,12 +48,14 @@ instructions() { # statements... -> total instructions of the backend
 declare -A per
 for build in base new; do
   if [ $build = base ]; then put "$1"; else put "$2"; fi
+  instructions "$warm" >/dev/null
   warm_total=$(instructions "$warm")
   for name in "${names[@]}"; do
     per[$build.$name]=$(( ($(instructions "$warm" "${sql[$name]}") - warm_total) / N ))
   done
 done
-echo "instructions per call (acquire + release), $N calls, PostgreSQL 17, callgrind"
+echo "instructions per call (a lock row: acquire + release; hte, key_int, key_text: one key)," \
+  "$N calls, PostgreSQL 17, callgrind"
 printf '| %s | %s | %s | %s |\n' "call" "base" "new" "new / base"
 printf '| --- | ---: | ---: | ---: |\n'
 for name in "${names[@]}"; do
