@@ -11,17 +11,23 @@
 # is one call's (one acquire plus its release; one key for hte, key_int and key_text). Each
 # build's first backend is not counted: the first after the setup does one-off work (counted as
 # the warm-up-only run's, it took about 3 instructions off each of the base's per-call figures).
-# The builds take turns as the installed $libdir/advlock.so of PostgreSQL 17 (written beside it
-# and renamed over it, never in place: a running server keeps the file it mapped); the file
-# installed before is put back at the end.
+# The builds take turns as advlock.so of a private copy of PostgreSQL 17's tree (scripts/majors.sh:
+# copy_pg_tree), with the extension's SQL files of the test command's tree of 17 (what
+# scripts/install_ext.sh installed there): nothing outside the copy is touched.
 # Needs valgrind; runs as root (the backend runs as postgres). Not run by the test command.
 set -euo pipefail
-[ $# -eq 2 ] || { sed -n 2,17p "$0"; exit 2; }
-bin=/usr/lib/postgresql/17/bin lib=/usr/lib/postgresql/17/lib
+[ $# -eq 2 ] || { sed -n 2,16p "$0"; exit 2; }
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$here/../scripts/majors.sh"
 work=$(mktemp -d /tmp/advlock-instructions.XXXXXX); chown postgres "$work"
-saved="$work/installed.so"; cp "$lib/advlock.so" "$saved"
-put() { cp "$1" "$lib/.advlock.so.bench" && mv "$lib/.advlock.so.bench" "$lib/advlock.so"; }
-trap 'put "$saved"; rm -rf "$work"' EXIT
+trap 'rm -rf "$work"' EXIT
+copy_pg_tree 17 "$work/tree"
+pgc=$(copied_pg_config 17 "$work/tree") installed=$(test_pg_config_for 17)
+bin=$("$pgc" --bindir) lib=$("$pgc" --pkglibdir)
+cp "$("$installed" --sharedir)"/extension/advlock{.control,--*.sql} "$("$pgc" --sharedir)/extension/" ||
+  { echo "instructions: no advlock SQL files in $("$installed" --sharedir)/extension (scripts/install_ext.sh installs them)" >&2; exit 1; }
+put() { cp "$1" "$lib/advlock.so"; }
+put "$2"   # CREATE EXTENSION loads the library
 single() { sudo -u postgres "$bin/postgres" --single -D "$work/data" "$@"; }
 sudo -u postgres "$bin/initdb" -D "$work/data" >/dev/null
 echo "CREATE DATABASE bench" | single postgres >/dev/null
