@@ -38,6 +38,10 @@
 #      signatures and the move to the extension where the extension is installed (the stresses
 #      at a quarter of their sizes, ADVLOCK_SMALL=1, on the majors other than DEFAULT)
 #   7. bench/run.sh --quick          the benchmark harness at tiny sizes, so it never rots
+#   7b. pg_test/up/run.sh            scripts/up.sh on DEFAULT's test tree (own port and data):
+#      preloaded, SCHEMA public, the idle-lock timeout off; a second run reloads, a third
+#      restarts, the data kept; the lease/election examples of README.md, docs/ and the three
+#      client READMEs against its cluster
 #   8. the other majors (15, 16, 18): cargo pgrx test pgNN, preloaded and not
 #   8b. pg_test/source/run.sh        scripts/install-from-source.sh as documented, built from an
 #      empty target directory, into copies of 18's wheel tree and Debian's 15, a smoke test on each
@@ -215,6 +219,13 @@ if [ -x "$repo/bench/run.sh" ]; then
     echo "bench-quick 0 1" >>"$summary"; status=1
   fi
 fi
+
+# --- scripts/up.sh, the development cluster, on the default major's test tree (a port and data
+# directory of its own): its runs, and every lease and election example of the README, docs and
+# client READMEs against it. After the clients' suites (it uses their environments) and the
+# benchmark's release build (which up.sh's is then). Counted as up. ---
+section "scripts/up.sh, and the lease and election examples against its cluster (pg_test/up)"
+"$repo/pg_test/up/run.sh" || status=1
 
 # --- the other majors: the in-database suite here; regress + isolation run from the package ---
 for major in "${majors[@]}"; do

@@ -8,6 +8,8 @@
 #   major     NN = ADVLOCK_PG_MAJOR, default ADVLOCK_DEFAULT_MAJOR (scripts/majors.sh: 17)
 #   data dir  /var/lib/postgresql/advlock-NN   (override: ADVLOCK_PGDATA)
 #   port      54NN on 127.0.0.1 (5417 for 17)   (override: ADVLOCK_PORT)
+#   tree      the system's PostgreSQL NN        (override: ADVLOCK_PG_CONFIG, another tree's
+#                                                pg_config: pg_test/up runs it on a test tree)
 # The cluster's settings are in DATA/conf.d/advlock-dev.conf, which this script owns and rewrites
 # on every run (postgresql.conf includes conf.d); ADVLOCK_DEV_CONF adds lines to it (newline
 # separated), e.g. ADVLOCK_DEV_CONF="advlock.idle_session_lock_timeout = '5min'" ./scripts/up.sh.
@@ -23,7 +25,7 @@ PORT=${ADVLOCK_PORT:-$((5400 + major))}
 . "$here/helpers.sh"
 
 "$here/setup.sh"
-PG_CONFIG=$(pg_config_for "$major")
+PG_CONFIG=${ADVLOCK_PG_CONFIG:-$(pg_config_for "$major")}
 PGBIN=$("$PG_CONFIG" --bindir)
 so="$("$PG_CONFIG" --pkglibdir)/advlock.so"
 lib_before=$(sha256sum "$so" 2>/dev/null | cut -d' ' -f1 || true)
