@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
     --quick) quick=1; install=0 ;;
     --no-install) install=0 ;;
     --port) port=$2; shift ;;
-    --out) out=$2; shift ;;
+    --out) out=$(realpath -m -- "$2"); shift ;;   # absolute: the harness runs from bench/
     --cases) cases=$2; shift ;;
     --nice) nice=$2; shift ;;
     --rounds) rounds=$2; shift ;;
